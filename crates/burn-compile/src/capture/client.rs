@@ -1,0 +1,505 @@
+//! The capture client: receives every op of a `Compiled<B>` device (as burn-router's
+//! `OperationIr`), buffers it in the calling thread's stream and cuts the stream into graphs at
+//! explicit breaks. Each closed graph goes to the runtime, which replays its cached plan.
+//!
+//! Threads: each thread records into its own stream, so two threads training on one device give
+//! each their own stable graphs. When a thread touches a tensor that another thread's pending
+//! graph produces or reads, that graph is closed first (`CrossThread`), so every op sees its
+//! inputs exactly as eager Burn would. Graphs execute under the device lock, one at a time.
+
+use super::breaks::{BreakReason, GraphBreak, user_location};
+use super::period::PeriodDetector;
+use crate::config::{CompileConfig, config_for};
+use crate::diagnostics;
+use crate::runtime::PlanCache;
+use crate::stance::{Stance, stance};
+use burn_backend::{DType, DeviceOps, ExecutionError, Shape, TensorData};
+use burn_compile_graph::Segment;
+use burn_ir::{BackendIr, OperationIr, TensorId, TensorIr};
+use burn_router::{RouterTensor, Runner, RunnerChannel, RunnerClient, TensorHandle};
+use burn_std::future::DynFut;
+use rustc_hash::FxHashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+/// The op stream of one thread on one device.
+struct Stream {
+    segment: Segment,
+    period: PeriodDetector,
+    /// An error to hand to the user at the next read or sync of this thread (a graph that
+    /// could not be compiled under the fail-on-recompile stance, …).
+    pending_error: Option<String>,
+}
+
+impl Stream {
+    fn new() -> Self {
+        Self {
+            segment: Segment::new(),
+            period: PeriodDetector::default(),
+            pending_error: None,
+        }
+    }
+}
+
+struct State {
+    streams: FxHashMap<ThreadId, Stream>,
+    /// Which stream last touched a tensor with a pending op. Only kept while more than one
+    /// stream exists: a single-threaded program pays nothing for it.
+    touched_by: FxHashMap<TensorId, ThreadId>,
+    config: CompileConfig,
+    cache: PlanCache,
+}
+
+pub(crate) struct Shared<B: BackendIr> {
+    runner: Runner<B>,
+    device: B::Device,
+    state: Mutex<State>,
+}
+
+/// Capture client of one `Compiled<B>` device. Cheap to clone.
+pub struct CompileClient<B: BackendIr> {
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: BackendIr> Clone for CompileClient<B> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // An inner-backend panic while a graph ran must not make the device unusable.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<B: BackendIr> CompileClient<B> {
+    fn new(device: B::Device) -> Self {
+        let config = config_for(device.id());
+        let shared = Arc::new(Shared {
+            runner: Runner::new(device.clone()),
+            device,
+            state: Mutex::new(State {
+                streams: FxHashMap::default(),
+                touched_by: FxHashMap::default(),
+                config,
+                cache: PlanCache::default(),
+            }),
+        });
+        crate::registry::register(shared.clone());
+        Self { shared }
+    }
+
+    /// The inner backend's runner (tensor handles of this device).
+    pub fn runner(&self) -> &Runner<B> {
+        &self.shared.runner
+    }
+
+    /// Closes every pending graph of this device (`reason`), then runs `f` eagerly with the
+    /// inner backend's runner: the escape hatch for ops the capture cannot record.
+    pub fn run_eager<T>(
+        &self,
+        reason: BreakReason,
+        detail: Option<String>,
+        f: impl FnOnce(&Runner<B>) -> T,
+    ) -> T {
+        let mut state = lock(&self.shared.state);
+        self.shared.flush_all(&mut state, reason, detail);
+        diagnostics::COUNTERS
+            .eager_ops
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f(&self.shared.runner)
+    }
+
+    /// Takes the error waiting for this thread, if any.
+    fn take_error(state: &mut State) -> Option<ExecutionError> {
+        let stream = state.streams.get_mut(&std::thread::current().id())?;
+        stream
+            .pending_error
+            .take()
+            .map(|reason| ExecutionError::WithContext { reason })
+    }
+}
+
+impl<B: BackendIr> Shared<B> {
+    /// Records one op in the calling thread's stream.
+    fn record(&self, op: OperationIr) {
+        let mut state = lock(&self.state);
+        diagnostics::COUNTERS
+            .ops_recorded
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !state.config.enabled || stance() == Stance::Eager {
+            let thread = std::thread::current().id();
+            if state
+                .streams
+                .get(&thread)
+                .is_some_and(|s| !s.segment.is_empty())
+            {
+                self.flush(
+                    &mut state,
+                    thread,
+                    GraphBreak::new(BreakReason::MarkStep, None),
+                    false,
+                );
+            }
+            diagnostics::COUNTERS
+                .eager_ops
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.runner.register_op(op);
+            return;
+        }
+
+        let thread = std::thread::current().id();
+        if !state.streams.contains_key(&thread) {
+            self.add_stream(&mut state, thread);
+        }
+        if state.streams.len() > 1 {
+            self.close_conflicting(&mut state, thread, &op);
+        }
+
+        let state = &mut *state;
+        let stream = state.streams.get_mut(&thread).expect("stream exists");
+        let shape = stream.segment.push(op);
+        let len = stream.segment.len();
+        let limit = match stream.period.period() {
+            Some(p) => p.min(state.config.max_graph_ops),
+            None => state.config.max_graph_ops,
+        };
+        if state.config.detect_period {
+            stream.period.push(shape, state.config.max_graph_ops);
+        }
+        if len >= limit {
+            let detail = if state.config.detect_period {
+                match stream.period.period() {
+                    Some(p) => Some(format!("loop period of {p} ops")),
+                    None => stream
+                        .period
+                        .detect()
+                        .map(|p| format!("loop period of {p} ops found")),
+                }
+            } else {
+                None
+            };
+            let detail = detail.or_else(|| Some(format!("{limit} ops")));
+            let brk = self.make_break(state, BreakReason::SizeLimit, detail, false);
+            self.flush(state, thread, brk, false);
+        }
+    }
+
+    fn add_stream(&self, state: &mut State, thread: ThreadId) {
+        state.streams.insert(thread, Stream::new());
+        if state.streams.len() == 2 {
+            // Start tracking: everything the existing stream has pending belongs to it.
+            let State {
+                streams,
+                touched_by,
+                ..
+            } = state;
+            for (owner, stream) in streams.iter() {
+                for op in stream.segment.ops() {
+                    for t in op.inputs().chain(op.outputs()) {
+                        touched_by.insert(t.id, *owner);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes the graphs of other threads that have pending ops on the tensors of `op`.
+    fn close_conflicting(&self, state: &mut State, thread: ThreadId, op: &OperationIr) {
+        let mut others: Vec<ThreadId> = Vec::new();
+        for t in op.inputs().chain(op.outputs()) {
+            if let Some(owner) = state.touched_by.insert(t.id, thread)
+                && owner != thread
+                && !others.contains(&owner)
+            {
+                others.push(owner);
+            }
+        }
+        for other in others {
+            let pending = state
+                .streams
+                .get(&other)
+                .is_some_and(|s| !s.segment.is_empty());
+            if pending {
+                let location = diagnostics::wanted(state.config.diagnostics)
+                    .then(user_location)
+                    .flatten();
+                let brk = GraphBreak {
+                    reason: BreakReason::CrossThread,
+                    detail: Some("a tensor of this graph was used by another thread".into()),
+                    location,
+                };
+                self.flush(state, other, brk, false);
+            }
+        }
+    }
+
+    /// Closes the calling thread's graph.
+    fn flush_current(
+        &self,
+        state: &mut State,
+        reason: BreakReason,
+        detail: Option<String>,
+        region_end: bool,
+    ) {
+        let thread = std::thread::current().id();
+        let brk = self.make_break(state, reason, detail, region_end);
+        self.flush(state, thread, brk, region_end);
+    }
+
+    /// Closes the graphs of every thread (sync, seed: ordering with all pending work matters).
+    fn flush_all(&self, state: &mut State, reason: BreakReason, detail: Option<String>) {
+        let current = std::thread::current().id();
+        let mut threads: Vec<ThreadId> = state.streams.keys().copied().collect();
+        // The caller's own graph first: its location is the one the user is looking at.
+        threads.sort_by_key(|t| *t != current);
+        let brk = self.make_break(state, reason, detail, false);
+        for thread in threads {
+            self.flush(state, thread, brk.clone(), false);
+        }
+    }
+
+    fn make_break(
+        &self,
+        state: &State,
+        reason: BreakReason,
+        detail: Option<String>,
+        region_end: bool,
+    ) -> GraphBreak {
+        let location = if !region_end && diagnostics::wanted(state.config.diagnostics) {
+            user_location()
+        } else {
+            None
+        };
+        GraphBreak {
+            reason,
+            detail,
+            location,
+        }
+    }
+
+    /// Closes the graph of `thread` and runs it through the plan cache.
+    fn flush(&self, state: &mut State, thread: ThreadId, brk: GraphBreak, region_end: bool) {
+        let State {
+            streams,
+            touched_by,
+            config,
+            cache,
+        } = state;
+        let Some(stream) = streams.get_mut(&thread) else {
+            return;
+        };
+        if stream.segment.is_empty() {
+            return;
+        }
+        let key = stream.segment.key();
+        let ops = stream.segment.take_ops();
+        if !touched_by.is_empty() {
+            for op in &ops {
+                for t in op.inputs().chain(op.outputs()) {
+                    if touched_by.get(&t.id) == Some(&thread) {
+                        touched_by.remove(&t.id);
+                    }
+                }
+            }
+        }
+        let diagnostics_on = diagnostics::wanted(config.diagnostics);
+        let outcome = cache.run(&self.runner, key, ops, config, diagnostics_on);
+        if outcome.record.cache_hit {
+            stream.period.hit();
+        } else {
+            stream.period.miss();
+            if stance() == Stance::FailOnRecompile {
+                let message = format!(
+                    "burn-compile: graph {key} ({} ops) had to be compiled under the \
+                     fail-on-recompile stance (it ended with: {brk}); it ran correctly, eagerly",
+                    outcome.record.ops
+                );
+                tracing::error!(target: "burn_compile::recompiles", "{message}");
+                stream.pending_error.get_or_insert(message);
+            }
+        }
+        let mut record = outcome.record;
+        record.ended_by = brk;
+        record.region_end = region_end;
+        diagnostics::report(record, thread == std::thread::current().id());
+    }
+}
+
+impl GraphBreak {
+    pub(crate) fn new(reason: BreakReason, detail: Option<String>) -> Self {
+        let location = if diagnostics::wanted(false) {
+            user_location()
+        } else {
+            None
+        };
+        Self {
+            reason,
+            detail,
+            location,
+        }
+    }
+}
+
+/// What the device registry needs from a client, whatever its backend.
+pub(crate) trait AnyClient: Send + Sync {
+    /// Closes the calling thread's graph on this device.
+    fn close_current(&self, reason: BreakReason, detail: Option<String>, region_end: bool);
+    /// Error waiting for the calling thread, if any.
+    fn take_pending_error(&self) -> Option<String>;
+}
+
+impl<B: BackendIr> AnyClient for Shared<B> {
+    fn close_current(&self, reason: BreakReason, detail: Option<String>, region_end: bool) {
+        let mut state = lock(&self.state);
+        state.config = config_for(self.device.id());
+        self.flush_current(&mut state, reason, detail, region_end);
+    }
+
+    fn take_pending_error(&self) -> Option<String> {
+        let mut state = lock(&self.state);
+        let stream = state.streams.get_mut(&std::thread::current().id())?;
+        stream.pending_error.take()
+    }
+}
+
+impl<B: BackendIr> RunnerClient for CompileClient<B> {
+    type Device = B::Device;
+
+    fn register_op(&self, op: OperationIr) {
+        self.shared.record(op);
+    }
+
+    fn read_tensor_async(&self, tensor: TensorIr) -> DynFut<Result<TensorData, ExecutionError>> {
+        let mut state = lock(&self.shared.state);
+        state.config = config_for(self.shared.device.id());
+        self.shared
+            .flush_current(&mut state, BreakReason::HostRead, None, false);
+        if state.streams.len() > 1 {
+            // The tensor may come from another thread's pending graph.
+            let owner = state.touched_by.get(&tensor.id).copied();
+            if let Some(owner) = owner {
+                let brk = GraphBreak::new(
+                    BreakReason::CrossThread,
+                    Some("read by another thread".into()),
+                );
+                self.shared.flush(&mut state, owner, brk, false);
+            }
+        }
+        if let Some(err) = Self::take_error(&mut state) {
+            return Box::pin(async move { Err(err) });
+        }
+        drop(state);
+        self.shared.runner.read_tensor_async(tensor)
+    }
+
+    fn sync(&self) -> Result<(), ExecutionError> {
+        let mut state = lock(&self.shared.state);
+        state.config = config_for(self.shared.device.id());
+        self.shared.flush_all(&mut state, BreakReason::Sync, None);
+        if let Some(err) = Self::take_error(&mut state) {
+            return Err(err);
+        }
+        drop(state);
+        self.shared.runner.sync()
+    }
+
+    fn create_empty_handle(&self) -> TensorId {
+        self.shared.runner.create_empty_handle()
+    }
+
+    fn register_tensor_data(&self, data: TensorData) -> RouterTensor<Self> {
+        // An upload is an input of the graph, not a break: the new tensor has a fresh id.
+        let desc = self.shared.runner.register_tensor_data_desc(data);
+        RouterTensor::new(desc.id, desc.shape, desc.dtype, self.clone())
+    }
+
+    fn device(&self) -> Self::Device {
+        self.shared.device.clone()
+    }
+
+    fn seed(&self, seed: u64) {
+        let mut state = lock(&self.shared.state);
+        self.shared.flush_all(&mut state, BreakReason::Seed, None);
+        drop(state);
+        self.shared.runner.seed(seed);
+    }
+
+    fn dtype_usage(&self, dtype: DType) -> burn_backend::DTypeUsageSet {
+        self.shared.runner.dtype_usage(dtype)
+    }
+}
+
+/// Transfers tensors between devices of the same inner backend.
+pub struct SameBackendBridge<B> {
+    _b: PhantomData<B>,
+}
+
+impl<B: BackendIr> burn_router::MultiBackendBridge for SameBackendBridge<B> {
+    type TensorHandle = B::Handle;
+    type Device = B::Device;
+
+    fn change_backend_float(handle: B::Handle, shape: Shape, device: &B::Device) -> B::Handle {
+        let tensor = B::float_tensor(burn_ir::TensorHandle { handle, shape });
+        B::float_tensor_handle(B::float_to_device(tensor, device))
+    }
+
+    fn change_backend_int(handle: B::Handle, shape: Shape, device: &B::Device) -> B::Handle {
+        let tensor = B::int_tensor(burn_ir::TensorHandle { handle, shape });
+        B::int_tensor_handle(B::int_to_device(tensor, device))
+    }
+
+    fn change_backend_bool(handle: B::Handle, shape: Shape, device: &B::Device) -> B::Handle {
+        let tensor = B::bool_tensor(burn_ir::TensorHandle { handle, shape });
+        B::bool_tensor_handle(B::bool_to_device(tensor, device))
+    }
+}
+
+/// burn-router channel of `Compiled<B>`: one [`CompileClient`] per device.
+pub struct CompileChannel<B> {
+    _b: PhantomData<B>,
+}
+
+impl<B> Clone for CompileChannel<B> {
+    fn clone(&self) -> Self {
+        Self { _b: PhantomData }
+    }
+}
+
+impl<B: BackendIr> RunnerChannel for CompileChannel<B> {
+    type Device = B::Device;
+    type Bridge = SameBackendBridge<B>;
+    type Client = CompileClient<B>;
+    type FloatElem = B::FloatElem;
+    type IntElem = B::IntElem;
+    type BoolElem = B::BoolElem;
+
+    fn name(device: &Self::Device) -> String {
+        format!("compiled<{}>", B::name(device))
+    }
+
+    fn init_client(device: &Self::Device) -> Self::Client {
+        CompileClient::new(device.clone())
+    }
+
+    fn get_tensor_handle(tensor: &TensorIr, client: &Self::Client) -> TensorHandle<Self::Bridge> {
+        client.run_eager(BreakReason::DeviceTransfer, None, |runner| {
+            runner.get_tensor_handle(tensor)
+        })
+    }
+
+    fn register_tensor(
+        client: &Self::Client,
+        handle: TensorHandle<Self::Bridge>,
+        shape: Shape,
+        dtype: DType,
+    ) -> RouterTensor<Self::Client> {
+        client
+            .shared
+            .runner
+            .register_tensor(handle, shape, dtype, client.clone())
+    }
+}

@@ -1,0 +1,195 @@
+//! Typed configuration, per device, with `BURN_COMPILE_*` environment overrides.
+//!
+//! Resolution order for a device: the config given to [`configure`] for that device (else
+//! [`CompileConfig::default`]), then every `BURN_COMPILE_*` variable that is set. The
+//! environment wins so that a deployed binary can be tuned or debugged without a rebuild.
+
+use burn_backend::{DeviceId, DeviceOps};
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+
+/// What happens to the op stream of a device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompileConfig {
+    /// Capture ops into graphs. `false` runs every op eagerly on the inner backend, as it
+    /// arrives (`BURN_COMPILE_ENABLED=0`). Same effect as [`crate::Stance::Eager`], per device.
+    pub enabled: bool,
+    /// A graph is cut when it reaches this many ops (`BURN_COMPILE_MAX_GRAPH_OPS`).
+    pub max_graph_ops: usize,
+    /// When a stream reaches the size limit, look for the period of the loop that produced it
+    /// and cut every period from then on, so that a loop that never reads settles into repeating
+    /// cached graphs (`BURN_COMPILE_DETECT_PERIOD`).
+    pub detect_period: bool,
+    /// Skip ops whose results are dropped unused (`BURN_COMPILE_DEAD_CODE`).
+    pub dead_code_elimination: bool,
+    /// Record where in the user's code each break happened and keep readable listings of
+    /// graphs (`BURN_COMPILE_DIAGNOSTICS`). Costs a backtrace per break; `explain` and
+    /// `fullgraph` turn it on for their region.
+    pub diagnostics: bool,
+}
+
+impl Default for CompileConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_graph_ops: 10_000,
+            detect_period: true,
+            dead_code_elimination: true,
+            diagnostics: false,
+        }
+    }
+}
+
+/// A `BURN_COMPILE_*` variable that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The variable.
+    pub variable: String,
+    /// Its value.
+    pub value: String,
+    /// What was expected.
+    pub expected: &'static str,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}={:?} is not valid: expected {}",
+            self.variable, self.value, self.expected
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn parse_bool(variable: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err(ConfigError {
+            variable: variable.into(),
+            value: value.into(),
+            expected: "a boolean (1/0, true/false, on/off)",
+        }),
+    }
+}
+
+fn parse_count(variable: &str, value: &str) -> Result<usize, ConfigError> {
+    match value.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(ConfigError {
+            variable: variable.into(),
+            value: value.into(),
+            expected: "a positive integer",
+        }),
+    }
+}
+
+impl CompileConfig {
+    /// Applies the overrides found by `lookup` (the environment, in production).
+    pub fn with_overrides(
+        mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).map(|v| (name.to_string(), v));
+        if let Some((k, v)) = get("BURN_COMPILE_ENABLED") {
+            self.enabled = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_MAX_GRAPH_OPS") {
+            self.max_graph_ops = parse_count(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_DETECT_PERIOD") {
+            self.detect_period = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_DEAD_CODE") {
+            self.dead_code_elimination = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_DIAGNOSTICS") {
+            self.diagnostics = parse_bool(&k, &v)?;
+        }
+        Ok(self)
+    }
+
+    /// Applies the `BURN_COMPILE_*` environment variables.
+    pub fn with_env(self) -> Result<Self, ConfigError> {
+        self.with_overrides(|name| std::env::var(name).ok())
+    }
+}
+
+static CONFIGS: Mutex<Vec<(DeviceId, CompileConfig)>> = Mutex::new(Vec::new());
+
+/// Sets the configuration of one device. Takes effect at the device's next graph break.
+pub fn configure<D: DeviceOps>(device: &D, config: CompileConfig) {
+    let id = device.id();
+    let mut configs = CONFIGS.lock().unwrap_or_else(|e| e.into_inner());
+    configs.retain(|(d, _)| *d != id);
+    configs.push((id, config));
+}
+
+/// The effective configuration of a device: [`configure`]d or default, then the environment.
+///
+/// An invalid environment variable is reported once per call site as a warning and ignored,
+/// rather than failing the user's training run.
+pub fn config_for(id: DeviceId) -> CompileConfig {
+    let base = CONFIGS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(d, _)| *d == id)
+        .map(|(_, c)| c.clone())
+        .unwrap_or_default();
+    match base.clone().with_env() {
+        Ok(config) => config,
+        Err(err) => {
+            tracing::warn!(target: "burn_compile", "ignoring the environment: {err}");
+            base
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_apply_and_reject_garbage() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let config = CompileConfig::default()
+            .with_overrides(env(&[
+                ("BURN_COMPILE_MAX_GRAPH_OPS", "64"),
+                ("BURN_COMPILE_DEAD_CODE", "off"),
+            ]))
+            .unwrap();
+        assert_eq!(config.max_graph_ops, 64);
+        assert!(!config.dead_code_elimination);
+        assert!(config.enabled);
+
+        let err = CompileConfig::default()
+            .with_overrides(env(&[("BURN_COMPILE_MAX_GRAPH_OPS", "0")]))
+            .unwrap_err();
+        assert_eq!(err.variable, "BURN_COMPILE_MAX_GRAPH_OPS");
+    }
+
+    #[test]
+    fn config_round_trips_through_json() {
+        let config = CompileConfig {
+            max_graph_ops: 12,
+            ..Default::default()
+        };
+        let text = serde_json::to_string(&config).unwrap();
+        assert_eq!(
+            serde_json::from_str::<CompileConfig>(&text).unwrap(),
+            config
+        );
+        assert!(serde_json::from_str::<CompileConfig>(r#"{"max_ops": 3}"#).is_err());
+    }
+}

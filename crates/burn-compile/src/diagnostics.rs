@@ -1,0 +1,142 @@
+//! What the capture reports about each graph it closes: to `explain`, to `fullgraph` regions, to
+//! the metrics, and to the `tracing` log topics.
+//!
+//! Log topics (targets), like TORCH_LOGS: `burn_compile::graph_breaks`, `burn_compile::recompiles`,
+//! `burn_compile::graphs`, `burn_compile::output_code`. [`crate::init_logs`] turns them on from
+//! `BURN_COMPILE_LOGS`.
+
+use crate::capture::GraphBreak;
+use burn_compile_graph::GraphKey;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// One graph closed by the capture.
+#[derive(Clone, Debug)]
+pub struct GraphRecord {
+    /// Cache key of the graph.
+    pub key: GraphKey,
+    /// Ops recorded (drops included).
+    pub ops: usize,
+    /// Steps of its plan that run work on the inner backend.
+    pub launches: usize,
+    /// Ops removed as dead code.
+    pub dead: usize,
+    /// The plan came from the cache.
+    pub cache_hit: bool,
+    /// Time spent building the plan (zero on a hit).
+    pub compile_time: Duration,
+    /// What ended the graph.
+    pub ended_by: GraphBreak,
+    /// The graph ended because an `explain`/`fullgraph` region ended, not because of a break.
+    pub region_end: bool,
+    /// Readable listing, when diagnostics are on.
+    pub listing: Option<String>,
+}
+
+// `explain` and `fullgraph` regions are per thread: they report the graphs of the calling
+// thread's stream, so concurrent regions (tests, workers) never see each other's graphs.
+thread_local! {
+    static EXPLAIN: RefCell<Option<Vec<GraphRecord>>> = const { RefCell::new(None) };
+    static STRICT: RefCell<Option<Vec<GraphBreak>>> = const { RefCell::new(None) };
+}
+
+/// True when breaks should carry user locations and graphs their listings.
+pub(crate) fn wanted(configured: bool) -> bool {
+    configured || EXPLAIN.with(|s| s.borrow().is_some()) || STRICT.with(|s| s.borrow().is_some())
+}
+
+pub(crate) fn start_explain() -> Option<Vec<GraphRecord>> {
+    EXPLAIN.with(|s| s.borrow_mut().replace(Vec::new()))
+}
+
+pub(crate) fn finish_explain(previous: Option<Vec<GraphRecord>>) -> Vec<GraphRecord> {
+    EXPLAIN.with(|s| std::mem::replace(&mut *s.borrow_mut(), previous).unwrap_or_default())
+}
+
+pub(crate) fn start_strict() -> Option<Vec<GraphBreak>> {
+    STRICT.with(|s| s.borrow_mut().replace(Vec::new()))
+}
+
+pub(crate) fn finish_strict(previous: Option<Vec<GraphBreak>>) -> Vec<GraphBreak> {
+    STRICT.with(|s| std::mem::replace(&mut *s.borrow_mut(), previous).unwrap_or_default())
+}
+
+/// Process-wide counters (see [`crate::metrics`]).
+pub(crate) struct Counters {
+    pub ops_recorded: AtomicU64,
+    pub graphs: AtomicU64,
+    pub cache_hits: AtomicU64,
+    pub cache_misses: AtomicU64,
+    pub compile_nanos: AtomicU64,
+    pub ops_executed: AtomicU64,
+    pub ops_eliminated: AtomicU64,
+    pub eager_ops: AtomicU64,
+    pub breaks: [AtomicU64; 9],
+}
+
+pub(crate) static COUNTERS: Counters = Counters {
+    ops_recorded: AtomicU64::new(0),
+    graphs: AtomicU64::new(0),
+    cache_hits: AtomicU64::new(0),
+    cache_misses: AtomicU64::new(0),
+    compile_nanos: AtomicU64::new(0),
+    ops_executed: AtomicU64::new(0),
+    ops_eliminated: AtomicU64::new(0),
+    eager_ops: AtomicU64::new(0),
+    breaks: [const { AtomicU64::new(0) }; 9],
+};
+
+/// Reports a closed graph to everyone listening. `own_thread`: the graph belongs to the calling
+/// thread's stream (only those count for the thread's `fullgraph` region).
+pub(crate) fn report(record: GraphRecord, own_thread: bool) {
+    let c = &COUNTERS;
+    c.graphs.fetch_add(1, Ordering::Relaxed);
+    if record.cache_hit {
+        c.cache_hits.fetch_add(1, Ordering::Relaxed);
+    } else {
+        c.cache_misses.fetch_add(1, Ordering::Relaxed);
+        c.compile_nanos
+            .fetch_add(record.compile_time.as_nanos() as u64, Ordering::Relaxed);
+    }
+    c.ops_executed
+        .fetch_add(record.launches as u64, Ordering::Relaxed);
+    c.ops_eliminated
+        .fetch_add(record.dead as u64, Ordering::Relaxed);
+    if !record.region_end {
+        let index = crate::BreakReason::ALL
+            .iter()
+            .position(|r| *r == record.ended_by.reason)
+            .expect("every reason is listed");
+        c.breaks[index].fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(target: "burn_compile::graph_breaks", "graph {} ended: {}", record.key, record.ended_by);
+    }
+    if record.cache_hit {
+        tracing::trace!(target: "burn_compile::graphs", "graph {} ({} ops) from cache", record.key, record.ops);
+    } else {
+        tracing::debug!(
+            target: "burn_compile::recompiles",
+            "compiled graph {} ({} ops, {} dead) in {:?}",
+            record.key, record.ops, record.dead, record.compile_time
+        );
+        if let Some(listing) = &record.listing {
+            tracing::debug!(target: "burn_compile::graphs", "graph {}:\n{listing}", record.key);
+        }
+    }
+
+    if !own_thread {
+        return;
+    }
+    if !record.region_end {
+        STRICT.with(|s| {
+            if let Some(breaks) = s.borrow_mut().as_mut() {
+                breaks.push(record.ended_by.clone());
+            }
+        });
+    }
+    EXPLAIN.with(|s| {
+        if let Some(graphs) = s.borrow_mut().as_mut() {
+            graphs.push(record);
+        }
+    });
+}

@@ -1,0 +1,169 @@
+//! `explain`, `fullgraph` and `mark_step`: the user's view of how their code was cut into graphs.
+
+use crate::capture::{BreakReason, GraphBreak};
+use crate::diagnostics::{self, GraphRecord};
+use crate::registry;
+use std::fmt;
+use std::time::Duration;
+
+/// Report of what the capture did while a closure ran. See [`explain`].
+#[derive(Clone, Debug)]
+pub struct Explanation {
+    /// Every graph closed in the region, in order.
+    pub graphs: Vec<GraphRecord>,
+    /// `graphs.len()`.
+    pub graph_count: usize,
+    /// Graphs that ended because of a break (the last one usually ends with the region).
+    pub graph_break_count: usize,
+    /// Each break: reason, detail and location in the user's code.
+    pub break_reasons: Vec<GraphBreak>,
+    /// Ops recorded in each graph (drops of tensors included).
+    pub ops_per_graph: Vec<usize>,
+    /// Time spent compiling each graph (zero for a cache hit).
+    pub compile_times: Vec<Duration>,
+    /// Graphs whose plan came from the cache.
+    pub cache_hits: usize,
+    /// Graphs that had to be compiled.
+    pub cache_misses: usize,
+}
+
+impl Explanation {
+    fn from_records(graphs: Vec<GraphRecord>) -> Self {
+        let break_reasons: Vec<GraphBreak> = graphs
+            .iter()
+            .filter(|g| !g.region_end)
+            .map(|g| g.ended_by.clone())
+            .collect();
+        Self {
+            graph_count: graphs.len(),
+            graph_break_count: break_reasons.len(),
+            break_reasons,
+            ops_per_graph: graphs.iter().map(|g| g.ops).collect(),
+            compile_times: graphs.iter().map(|g| g.compile_time).collect(),
+            cache_hits: graphs.iter().filter(|g| g.cache_hit).count(),
+            cache_misses: graphs.iter().filter(|g| !g.cache_hit).count(),
+            graphs,
+        }
+    }
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "burn-compile explain: {} graph(s), {} break(s), cache {} hit(s) / {} miss(es), compile {:?}",
+            self.graph_count,
+            self.graph_break_count,
+            self.cache_hits,
+            self.cache_misses,
+            self.compile_times.iter().sum::<Duration>()
+        )?;
+        if !self.break_reasons.is_empty() {
+            writeln!(f, "breaks:")?;
+            for (i, b) in self.break_reasons.iter().enumerate() {
+                writeln!(f, "  {}. {b}", i + 1)?;
+            }
+        }
+        for (i, g) in self.graphs.iter().enumerate() {
+            let ended = if g.region_end {
+                "end of region".to_string()
+            } else {
+                g.ended_by.reason.to_string()
+            };
+            writeln!(
+                f,
+                "graph {i}: key {}, {} ops, {} launched, {} dead, {}, ended by {ended}",
+                g.key,
+                g.ops,
+                g.launches,
+                g.dead,
+                if g.cache_hit {
+                    "cache hit".to_string()
+                } else {
+                    format!("compiled in {:?}", g.compile_time)
+                },
+            )?;
+            if let Some(listing) = &g.listing {
+                for line in listing.lines() {
+                    writeln!(f, "    {line}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn close_all(reason: BreakReason, region_end: bool) {
+    registry::for_each(|c| c.close_current(reason, None, region_end));
+}
+
+/// Runs `f` and reports how its ops were cut into graphs. Pending ops from before are closed
+/// first (and not reported); the ops of `f` still pending at its end form the last graph, closed
+/// while `f`'s result is alive. The calling thread's graphs are reported (threads spawned by `f`
+/// record their own streams, which are not).
+pub fn explain<T>(f: impl FnOnce() -> T) -> (T, Explanation) {
+    close_all(BreakReason::MarkStep, true);
+    let previous = diagnostics::start_explain();
+    let value = f();
+    close_all(BreakReason::MarkStep, true);
+    let records = diagnostics::finish_explain(previous);
+    (value, Explanation::from_records(records))
+}
+
+/// A break inside a [`fullgraph`] region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FullGraphError {
+    /// Every break of the region, in order (the first one is what to fix first).
+    pub breaks: Vec<GraphBreak>,
+}
+
+impl fmt::Display for FullGraphError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "fullgraph region broke into {} graphs: {}",
+            self.breaks.len() + 1,
+            self.breaks[0]
+        )?;
+        for b in &self.breaks[1..] {
+            write!(f, "; then {b}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for FullGraphError {}
+
+/// Runs `f` as one graph: any break of the calling thread's stream inside it (a host read, a
+/// sync, the size limit, …) makes the result an error naming each break's reason and location.
+/// The ops themselves still ran correctly.
+pub fn fullgraph<T>(f: impl FnOnce() -> T) -> Result<T, FullGraphError> {
+    close_all(BreakReason::MarkStep, true);
+    let previous = diagnostics::start_strict();
+    let value = f();
+    close_all(BreakReason::MarkStep, true);
+    let breaks = diagnostics::finish_strict(previous);
+    if breaks.is_empty() {
+        Ok(value)
+    } else {
+        Err(FullGraphError { breaks })
+    }
+}
+
+/// Ends the calling thread's current graph on every `Compiled` device: the explicit step mark of
+/// a loop that never reads to host.
+pub fn mark_step() {
+    close_all(BreakReason::MarkStep, false);
+}
+
+/// Error waiting for the calling thread (a recompile under [`crate::Stance::FailOnRecompile`]),
+/// taken. Reads and syncs also return it.
+pub fn take_error() -> Option<String> {
+    let mut found = None;
+    registry::for_each(|c| {
+        if let Some(e) = c.take_pending_error() {
+            found.get_or_insert(e);
+        }
+    });
+    found
+}

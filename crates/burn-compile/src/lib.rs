@@ -1,0 +1,52 @@
+//! # burn-compile
+//!
+//! `Compiled<B>` is a Burn backend decorator: change `Flex` to `Compiled<Flex>` (or `Cuda` to
+//! `Compiled<Cuda>`, also under `Autodiff<…>`) and every op is captured into graphs, cut at
+//! explicit, explained breaks, and replayed through cached plans.
+//!
+//! The pipeline reads in folder order: `capture` (this crate) → `graph` → `passes` →
+//! `schedule` (backend-free crates) → `runtime` (this crate).
+//!
+//! ```no_run
+//! use burn::tensor::Tensor;
+//! use burn_compile::{Compiled, explain};
+//! type B = Compiled<burn_flex::Flex>;
+//!
+//! let device = Default::default();
+//! let x = Tensor::<B, 2>::ones([2, 3], &device);
+//! let (y, report) = explain(|| (x.clone() * 2.0).exp().sum().into_scalar());
+//! println!("{y} {report}");
+//! ```
+
+mod capture;
+mod config;
+mod diagnostics;
+mod explain;
+mod logs;
+mod metrics;
+mod registry;
+mod runtime;
+mod stance;
+
+pub use capture::{BreakReason, CompileChannel, CompileClient, GraphBreak, SameBackendBridge};
+pub use config::{CompileConfig, ConfigError, config_for, configure};
+pub use diagnostics::GraphRecord;
+pub use explain::{Explanation, FullGraphError, explain, fullgraph, mark_step, take_error};
+pub use logs::{TOPICS as LOG_TOPICS, init_logs};
+pub use metrics::{Metrics, metrics};
+pub use stance::{Stance, set_stance, stance};
+
+pub use burn_compile_graph::GraphKey;
+
+/// A Burn backend that captures the ops of the inner backend `B` into graphs and replays them
+/// through cached plans. `B` is the raw backend (`Flex`, `NdArray`, `CubeBackend<…>`); any
+/// backend implementing `burn_ir::BackendIr` works, Burn's own `Fusion<…>` included.
+pub type Compiled<B> = burn_router::BackendRouter<CompileChannel<B>>;
+
+/// `Compiled<Wgpu>`: raw CubeBackend on wgpu.
+#[cfg(feature = "wgpu")]
+pub type Wgpu = burn_wgpu::Wgpu<f32, i32, u32>;
+
+/// `Compiled<Cuda>`: raw CubeBackend on CUDA.
+#[cfg(feature = "cuda")]
+pub type Cuda = burn_cuda::Cuda<f32, i32>;

@@ -1,0 +1,80 @@
+//! Process-wide counters of the capture.
+
+use crate::capture::BreakReason;
+use crate::diagnostics::COUNTERS;
+use serde::Serialize;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+/// A snapshot of the counters. Subtract two snapshots to measure a region.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Metrics {
+    /// Ops received from Burn (drops included).
+    pub ops_recorded: u64,
+    /// Graphs closed.
+    pub graphs: u64,
+    /// Graphs whose plan came from the cache.
+    pub cache_hits: u64,
+    /// Graphs that had to be compiled.
+    pub cache_misses: u64,
+    /// Total compile time.
+    pub compile_time: Duration,
+    /// Ops run on the inner backend through plans.
+    pub ops_executed: u64,
+    /// Ops skipped as dead code.
+    pub ops_eliminated: u64,
+    /// Ops run eagerly outside graphs (eager stance, unsupported ops).
+    pub eager_ops: u64,
+    /// Breaks per reason, in [`BreakReason::ALL`] order.
+    pub breaks: Vec<(BreakReason, u64)>,
+}
+
+impl Metrics {
+    /// Breaks of one reason.
+    pub fn breaks_of(&self, reason: BreakReason) -> u64 {
+        self.breaks
+            .iter()
+            .find(|(r, _)| *r == reason)
+            .map(|(_, n)| *n)
+            .unwrap_or(0)
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &Metrics) -> Metrics {
+        Metrics {
+            ops_recorded: self.ops_recorded - earlier.ops_recorded,
+            graphs: self.graphs - earlier.graphs,
+            cache_hits: self.cache_hits - earlier.cache_hits,
+            cache_misses: self.cache_misses - earlier.cache_misses,
+            compile_time: self.compile_time.saturating_sub(earlier.compile_time),
+            ops_executed: self.ops_executed - earlier.ops_executed,
+            ops_eliminated: self.ops_eliminated - earlier.ops_eliminated,
+            eager_ops: self.eager_ops - earlier.eager_ops,
+            breaks: self
+                .breaks
+                .iter()
+                .map(|(r, n)| (*r, n - earlier.breaks_of(*r)))
+                .collect(),
+        }
+    }
+}
+
+/// Reads the counters.
+pub fn metrics() -> Metrics {
+    let c = &COUNTERS;
+    Metrics {
+        ops_recorded: c.ops_recorded.load(Relaxed),
+        graphs: c.graphs.load(Relaxed),
+        cache_hits: c.cache_hits.load(Relaxed),
+        cache_misses: c.cache_misses.load(Relaxed),
+        compile_time: Duration::from_nanos(c.compile_nanos.load(Relaxed)),
+        ops_executed: c.ops_executed.load(Relaxed),
+        ops_eliminated: c.ops_eliminated.load(Relaxed),
+        eager_ops: c.eager_ops.load(Relaxed),
+        breaks: BreakReason::ALL
+            .iter()
+            .zip(c.breaks.iter())
+            .map(|(r, n)| (*r, n.load(Relaxed)))
+            .collect(),
+    }
+}

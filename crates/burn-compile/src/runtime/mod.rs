@@ -1,0 +1,5 @@
+//! Runtime: cached plans, replayed on the inner backend.
+
+mod cache;
+
+pub(crate) use cache::PlanCache;

@@ -1,0 +1,222 @@
+//! Capture semantics on `Compiled<Flex>`: breaks, explain, cache hits, dead code, strict mode.
+//! Every value is compared with eager `Flex` on the same inputs.
+
+use burn::tensor::{Distribution, Tensor, TensorData, Tolerance};
+use burn_compile::{BreakReason, Compiled, explain, fullgraph, mark_step};
+use burn_flex::Flex;
+
+type C = Compiled<Flex>;
+
+fn data(shape: [usize; 2], seed: u64) -> TensorData {
+    // Fresh values per test, reproducible per seed.
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let n = shape[0] * shape[1];
+    let values: Vec<f32> = (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+        })
+        .collect();
+    TensorData::new(values, shape)
+}
+
+fn step<B: burn::tensor::backend::Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>) -> Tensor<B, 2> {
+    let h = x.matmul(w.clone()).tanh();
+    (h.clone() * 0.5 + h.exp()).matmul(w.transpose())
+}
+
+#[test]
+fn second_identical_step_hits_the_cache() {
+    let device = Default::default();
+    let (x, w) = (data([4, 8], 1), data([8, 8], 2));
+    let run = || {
+        let x = Tensor::<C, 2>::from_data(x.clone(), &device);
+        let w = Tensor::<C, 2>::from_data(w.clone(), &device);
+        step(x, w).into_data()
+    };
+    let (first, cold) = explain(run);
+    let (second, warm) = explain(run);
+    assert!(cold.cache_misses >= 1, "{cold}");
+    assert_eq!(warm.cache_misses, 0, "second step compiled again:\n{warm}");
+    assert_eq!(warm.cache_hits, warm.graph_count);
+    assert_eq!(
+        warm.compile_times.iter().sum::<std::time::Duration>(),
+        std::time::Duration::ZERO
+    );
+
+    let eager = step(
+        Tensor::<Flex, 2>::from_data(x.clone(), &device),
+        Tensor::<Flex, 2>::from_data(w.clone(), &device),
+    )
+    .into_data();
+    first.assert_approx_eq::<f32>(&eager, Tolerance::default());
+    second.assert_eq(&first, true);
+}
+
+#[test]
+fn host_read_is_a_break_with_the_user_location() {
+    let device = Default::default();
+    let x = Tensor::<C, 2>::from_data(data([3, 3], 3), &device);
+    let (total, report) = explain(|| {
+        let s = (x.clone() * 2.0).sum().into_scalar();
+        let y = x.clone() + s;
+        y.sum().into_scalar()
+    });
+    assert_eq!(report.graph_break_count, 2, "{report}");
+    assert!(
+        report
+            .break_reasons
+            .iter()
+            .all(|b| b.reason == BreakReason::HostRead)
+    );
+    let location = report.break_reasons[0].location.as_deref().unwrap_or("");
+    assert!(location.contains("capture.rs"), "location was {location:?}");
+    let xs = data([3, 3], 3).to_vec::<f32>().unwrap();
+    let s: f32 = xs.iter().sum::<f32>() * 2.0;
+    let expected: f32 = xs.iter().map(|v| v + s).sum();
+    assert!((total - expected).abs() < 1e-3, "{total} vs {expected}");
+}
+
+#[test]
+fn ops_dropped_unused_are_not_executed() {
+    let device = Default::default();
+    let x = Tensor::<C, 2>::from_data(data([4, 4], 4), &device);
+    let (out, report) = explain(|| {
+        let unused = x.clone().exp().matmul(x.clone()); // dropped below, never read
+        drop(unused);
+        (x.clone() + 1.0).into_data()
+    });
+    let dead: usize = report.graphs.iter().map(|g| g.dead).sum();
+    assert!(dead >= 2, "exp and matmul should be dead:\n{report}");
+    let eager = (Tensor::<Flex, 2>::from_data(data([4, 4], 4), &device) + 1.0).into_data();
+    out.assert_eq(&eager, true);
+}
+
+#[test]
+fn random_ops_are_never_dead_so_draws_match_eager() {
+    let device = Default::default();
+    <C as burn::tensor::backend::Backend>::seed(&device, 7);
+    let compiled = {
+        let skipped = Tensor::<C, 2>::random([5, 5], Distribution::Default, &device);
+        drop(skipped);
+        Tensor::<C, 2>::random([5, 5], Distribution::Default, &device).into_data()
+    };
+    <Flex as burn::tensor::backend::Backend>::seed(&device, 7);
+    let eager = {
+        let skipped = Tensor::<Flex, 2>::random([5, 5], Distribution::Default, &device);
+        drop(skipped);
+        Tensor::<Flex, 2>::random([5, 5], Distribution::Default, &device).into_data()
+    };
+    compiled.assert_eq(&eager, true);
+}
+
+#[test]
+fn fullgraph_names_the_break() {
+    let device = Default::default();
+    let x = Tensor::<C, 2>::from_data(data([2, 2], 5), &device);
+    let err = fullgraph(|| {
+        let s = x.clone().sum().into_scalar();
+        x.clone() * s
+    })
+    .unwrap_err();
+    assert_eq!(err.breaks[0].reason, BreakReason::HostRead);
+    assert!(err.to_string().contains("host_read"), "{err}");
+    assert!(err.to_string().contains("capture.rs"), "{err}");
+
+    let ok = fullgraph(|| (x.clone() * 3.0).exp());
+    assert!(ok.is_ok());
+}
+
+#[test]
+fn a_users_tensor_is_never_clobbered() {
+    let device = Default::default();
+    let a = Tensor::<C, 2>::from_data(data([3, 4], 6), &device);
+    let keep = a.clone();
+    // `a` is consumed (its last use) by an op that could run in place; `keep` must not change.
+    let b = a + 1.0;
+    let c = b.clone() * 2.0;
+    mark_step();
+    keep.into_data().assert_eq(&data([3, 4], 6), true);
+    let expected = (Tensor::<Flex, 2>::from_data(data([3, 4], 6), &device) + 1.0) * 2.0;
+    c.into_data().assert_eq(&expected.into_data(), true);
+    b.into_data().assert_eq(
+        &(Tensor::<Flex, 2>::from_data(data([3, 4], 6), &device) + 1.0).into_data(),
+        true,
+    );
+}
+
+#[test]
+fn sync_and_mark_step_are_breaks() {
+    let device = Default::default();
+    let x = Tensor::<C, 2>::from_data(data([2, 3], 7), &device);
+    let (_, report) = explain(|| {
+        let y = x.clone() * 2.0;
+        <C as burn::tensor::backend::Backend>::sync(&device).unwrap();
+        let z = y.clone() + 1.0;
+        mark_step();
+        (y, z)
+    });
+    let reasons: Vec<BreakReason> = report.break_reasons.iter().map(|b| b.reason).collect();
+    assert_eq!(
+        reasons,
+        vec![BreakReason::Sync, BreakReason::MarkStep],
+        "{report}"
+    );
+}
+
+#[test]
+fn threads_capture_separate_streams() {
+    let handles: Vec<_> = (0..2u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let device = Default::default();
+                let (x, w) = (data([4, 8], 10 + t), data([8, 8], 20 + t));
+                let mut reports = Vec::new();
+                for _ in 0..3 {
+                    let (out, report) = explain(|| {
+                        let x = Tensor::<C, 2>::from_data(x.clone(), &device);
+                        let w = Tensor::<C, 2>::from_data(w.clone(), &device);
+                        step(x, w).into_data()
+                    });
+                    let eager = step(
+                        Tensor::<Flex, 2>::from_data(x.clone(), &device),
+                        Tensor::<Flex, 2>::from_data(w.clone(), &device),
+                    )
+                    .into_data();
+                    out.assert_approx_eq::<f32>(&eager, Tolerance::default());
+                    reports.push(report);
+                }
+                reports
+            })
+        })
+        .collect();
+    for handle in handles {
+        let reports = handle.join().unwrap();
+        for warm in &reports[1..] {
+            assert_eq!(warm.cache_misses, 0, "{warm}");
+            assert!(
+                warm.break_reasons
+                    .iter()
+                    .all(|b| b.reason != BreakReason::CrossThread)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_tensor_shared_across_threads_is_synchronized() {
+    let device = Default::default();
+    let x = Tensor::<C, 2>::from_data(data([3, 3], 30), &device);
+    let y = x.clone().exp(); // pending in this thread's graph
+    let y2 = y.clone();
+    let from_thread = std::thread::spawn(move || (y2 * 2.0).into_data())
+        .join()
+        .unwrap();
+    let eager = Tensor::<Flex, 2>::from_data(data([3, 3], 30), &device).exp() * 2.0;
+    from_thread.assert_approx_eq::<f32>(&eager.into_data(), Tolerance::default());
+    drop(y);
+}

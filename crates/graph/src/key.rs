@@ -1,0 +1,323 @@
+//! Cache keys for captured segments.
+//!
+//! Burn's `OperationIr` carries global tensor ids and scalar values. Two training steps record the
+//! same structure with different ids (every step allocates new tensors) and often different
+//! scalars (Adam's bias correction changes every step), so neither may enter the key: ids are
+//! renumbered by first appearance in the segment and scalars are hashed by kind only (their values
+//! are runtime arguments of a plan). Shapes, dtypes and tensor statuses do enter the key: a plan is
+//! specialized on them.
+//!
+//! The walk goes through `serde::Serialize`, which every `OperationIr` implements, so the key
+//! covers every field of every operation without a hand-written match over ~330 variants.
+
+use burn_ir::OperationIr;
+use rustc_hash::FxHashMap;
+use serde::{Serialize, ser};
+use std::hash::Hasher;
+use xxhash_rust::xxh3::Xxh3;
+
+/// Key of a captured segment: a 128-bit digest of its normalized operations plus their count.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct GraphKey {
+    /// Digest of the normalized operation stream.
+    pub digest: u128,
+    /// Number of operations in the segment (a cheap second check against collisions).
+    pub ops: u32,
+}
+
+impl std::fmt::Display for GraphKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}/{}", (self.digest >> 64) as u64, self.ops)
+    }
+}
+
+/// Structural hash of one operation without any tensor id: what the operation does and on which
+/// shapes. Equal for the same layer in two different steps; used to find a loop's period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OpShape(pub u64);
+
+/// Incremental writer of a segment key: feed operations as they are recorded, read the key at
+/// the break. O(size of the operation) per call, no allocation once the id table has grown.
+#[derive(Default)]
+pub struct KeyWriter {
+    segment: Xxh3,
+    op: rustc_hash::FxHasher,
+    ids: FxHashMap<u64, u32>,
+    count: u32,
+    in_tensor_id: bool,
+}
+
+impl KeyWriter {
+    /// Starts an empty segment key.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one operation; returns its id-free structural hash.
+    pub fn push(&mut self, op: &OperationIr) -> OpShape {
+        self.op = rustc_hash::FxHasher::default();
+        self.count += 1;
+        op.serialize(&mut *self)
+            .expect("operation IR is always serializable");
+        OpShape(self.op.finish())
+    }
+
+    /// Number of operations fed so far.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// True when no operation was fed.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The key of everything fed so far (the writer can go on).
+    pub fn key(&self) -> GraphKey {
+        GraphKey {
+            digest: self.segment.digest128(),
+            ops: self.count,
+        }
+    }
+
+    /// Forgets everything: the next operation starts a new segment.
+    pub fn reset(&mut self) {
+        self.segment.reset();
+        self.ids.clear();
+        self.count = 0;
+        self.in_tensor_id = false;
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.segment.update(bytes);
+        self.op.write(bytes);
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        if self.in_tensor_id {
+            // Renumber by first appearance; the id never reaches the per-op hash.
+            self.in_tensor_id = false;
+            let next = self.ids.len() as u32;
+            let local = *self.ids.entry(value).or_insert(next);
+            self.segment.update(&local.to_le_bytes());
+            return;
+        }
+        self.write(&value.to_le_bytes());
+    }
+}
+
+/// Error type of the key walk (never produced for `OperationIr`).
+#[derive(Debug)]
+pub struct WalkError(String);
+
+impl std::fmt::Display for WalkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for WalkError {}
+
+impl ser::Error for WalkError {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        WalkError(msg.to_string())
+    }
+}
+
+macro_rules! write_le {
+    ($($method:ident: $ty:ty),*) => {
+        $(fn $method(self, v: $ty) -> Result<(), WalkError> {
+            self.write(&v.to_le_bytes());
+            Ok(())
+        })*
+    };
+}
+
+impl ser::Serializer for &mut KeyWriter {
+    type Ok = ();
+    type Error = WalkError;
+    type SerializeSeq = Self;
+    type SerializeTuple = Self;
+    type SerializeTupleStruct = Self;
+    type SerializeTupleVariant = Self;
+    type SerializeMap = Self;
+    type SerializeStruct = Self;
+    type SerializeStructVariant = Self;
+
+    write_le!(serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
+        serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_f32: f32,
+        serialize_f64: f64, serialize_i128: i128, serialize_u128: u128);
+
+    fn serialize_bool(self, v: bool) -> Result<(), WalkError> {
+        self.write(&[v as u8]);
+        Ok(())
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), WalkError> {
+        self.write_u64(v);
+        Ok(())
+    }
+    fn serialize_char(self, v: char) -> Result<(), WalkError> {
+        self.write(&(v as u32).to_le_bytes());
+        Ok(())
+    }
+    fn serialize_str(self, v: &str) -> Result<(), WalkError> {
+        self.write(&(v.len() as u64).to_le_bytes());
+        self.write(v.as_bytes());
+        Ok(())
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), WalkError> {
+        self.write(&(v.len() as u64).to_le_bytes());
+        self.write(v);
+        Ok(())
+    }
+    fn serialize_none(self) -> Result<(), WalkError> {
+        self.write(&[0]);
+        Ok(())
+    }
+    fn serialize_some<T: ?Sized + Serialize>(self, value: &T) -> Result<(), WalkError> {
+        self.write(&[1]);
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), WalkError> {
+        Ok(())
+    }
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        i: u32,
+        _: &'static str,
+    ) -> Result<(), WalkError> {
+        self.write(&i.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_newtype_struct<T: ?Sized + Serialize>(
+        self,
+        _: &'static str,
+        value: &T,
+    ) -> Result<(), WalkError> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: ?Sized + Serialize>(
+        self,
+        name: &'static str,
+        i: u32,
+        _: &'static str,
+        value: &T,
+    ) -> Result<(), WalkError> {
+        self.write(&i.to_le_bytes());
+        if name == "ScalarIr" {
+            // A scalar's kind is structure, its value is a runtime argument.
+            return Ok(());
+        }
+        value.serialize(self)
+    }
+    fn serialize_seq(self, len: Option<usize>) -> Result<Self, WalkError> {
+        self.write(&(len.unwrap_or(usize::MAX) as u64).to_le_bytes());
+        Ok(self)
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Self, WalkError> {
+        Ok(self)
+    }
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self, WalkError> {
+        Ok(self)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        i: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self, WalkError> {
+        self.write(&i.to_le_bytes());
+        Ok(self)
+    }
+    fn serialize_map(self, len: Option<usize>) -> Result<Self, WalkError> {
+        self.write(&(len.unwrap_or(usize::MAX) as u64).to_le_bytes());
+        Ok(self)
+    }
+    fn serialize_struct(self, name: &'static str, _: usize) -> Result<Self, WalkError> {
+        self.in_tensor_id = name == "TensorId";
+        Ok(self)
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        i: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self, WalkError> {
+        self.write(&i.to_le_bytes());
+        Ok(self)
+    }
+}
+
+macro_rules! compound {
+    ($($trait:ident :: $method:ident),*) => {
+        $(impl ser::$trait for &mut KeyWriter {
+            type Ok = ();
+            type Error = WalkError;
+            fn $method<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), WalkError> {
+                value.serialize(&mut **self)
+            }
+            fn end(self) -> Result<(), WalkError> {
+                Ok(())
+            }
+        })*
+    };
+}
+
+compound!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
+
+impl ser::SerializeMap for &mut KeyWriter {
+    type Ok = ();
+    type Error = WalkError;
+    fn serialize_key<T: ?Sized + Serialize>(&mut self, key: &T) -> Result<(), WalkError> {
+        key.serialize(&mut **self)
+    }
+    fn serialize_value<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), WalkError> {
+        value.serialize(&mut **self)
+    }
+    fn end(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeStruct for &mut KeyWriter {
+    type Ok = ();
+    type Error = WalkError;
+    fn serialize_field<T: ?Sized + Serialize>(
+        &mut self,
+        _: &'static str,
+        value: &T,
+    ) -> Result<(), WalkError> {
+        value.serialize(&mut **self)
+    }
+    fn end(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeStructVariant for &mut KeyWriter {
+    type Ok = ();
+    type Error = WalkError;
+    fn serialize_field<T: ?Sized + Serialize>(
+        &mut self,
+        _: &'static str,
+        value: &T,
+    ) -> Result<(), WalkError> {
+        value.serialize(&mut **self)
+    }
+    fn end(self) -> Result<(), WalkError> {
+        Ok(())
+    }
+}

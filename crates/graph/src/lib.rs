@@ -1,0 +1,12 @@
+//! The graph stage of burn-compile: a captured segment of Burn operations, its cache key
+//! (independent of tensor ids and scalar values) and a readable listing.
+//!
+//! Everything here is backend-free so that it can be tested, hashed and printed without a device.
+
+mod key;
+mod listing;
+mod segment;
+
+pub use key::{GraphKey, KeyWriter, OpShape};
+pub use listing::{op_listing, op_name};
+pub use segment::Segment;

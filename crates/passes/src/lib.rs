@@ -1,0 +1,6 @@
+//! Graph passes of burn-compile. Each pass reads a captured segment (`[OperationIr]`) and returns
+//! what it found; none needs a device.
+
+mod dce;
+
+pub use dce::{Liveness, dead_code};
