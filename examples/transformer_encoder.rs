@@ -1,1 +1,498 @@
-fn main() {}
+//! Reference workload W1: Burn's `TransformerEncoder` (d_model 512, 8 heads, 6 layers, d_ff 2048,
+//! ReLU, batch 32 × seq 128), eager vs `Compiled<…>` on the same backend, for inference and for a
+//! training step (forward + mean(out²) + backward + Adam).
+//!
+//! ```text
+//! cargo run -p burn-compile-examples --example transformer_encoder             # CPU, small preset
+//! cargo run -p burn-compile-examples --example transformer_encoder -- --full   # CPU, W1 sizes
+//! cargo run -p burn-compile-examples --example transformer_encoder --features wgpu
+//! cargo run -p burn-compile-examples --example transformer_encoder --features cuda
+//! ```
+//!
+//! Size flags: `--small`, `--full`, `--d-model N --heads N --layers N --d-ff N --batch N --seq N
+//! --iters N --warmup N` (flags after a preset override it). On CPU the default is `--small`
+//! (quick on a 2-core machine); on a GPU backend it is `--full`.
+
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::nn::activation::ActivationConfig;
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Tensor, TensorData};
+use burn_compile::{BreakReason, Compiled, Explanation, Metrics, explain, mark_step, metrics};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+// The backend pair: eager `E` and `Compiled<E>`. CUDA wins when both GPU features are on.
+#[cfg(feature = "cuda")]
+type Eager = burn_compile::Cuda;
+#[cfg(feature = "cuda")]
+const BACKEND: &str = "cuda (burn_compile::Cuda)";
+
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+type Eager = burn_compile::Wgpu;
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+const BACKEND: &str = "wgpu (burn_compile::Wgpu)";
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+type Eager = burn_flex::Flex;
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+const BACKEND: &str = "cpu (burn_flex::Flex)";
+
+const ON_GPU: bool = cfg!(any(feature = "wgpu", feature = "cuda"));
+
+type Comp = Compiled<Eager>;
+type Ad<B> = burn::backend::Autodiff<B>;
+
+/// Max abs difference allowed between compiled and eager inference outputs.
+const TOLERANCE: f32 = 1e-3;
+const LEARNING_RATE: f64 = 1e-4;
+
+#[derive(Clone, Debug)]
+struct Sizes {
+    d_model: usize,
+    heads: usize,
+    layers: usize,
+    d_ff: usize,
+    batch: usize,
+    seq: usize,
+    iters: usize,
+    warmup: usize,
+    preset: &'static str,
+    /// Call `mark_step()` after each iteration (a no-op on the eager backend).
+    mark_steps: bool,
+}
+
+impl Sizes {
+    fn small() -> Self {
+        Self {
+            d_model: 64,
+            heads: 4,
+            layers: 2,
+            d_ff: 128,
+            batch: 4,
+            seq: 16,
+            iters: 50,
+            warmup: 10,
+            preset: "small",
+            mark_steps: true,
+        }
+    }
+
+    fn full() -> Self {
+        Self {
+            d_model: 512,
+            heads: 8,
+            layers: 6,
+            d_ff: 2048,
+            batch: 32,
+            seq: 128,
+            iters: if ON_GPU { 20 } else { 3 },
+            warmup: if ON_GPU { 5 } else { 1 },
+            preset: "full (W1)",
+            mark_steps: true,
+        }
+    }
+
+    fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
+        let args: Vec<String> = args.into_iter().collect();
+        let mut sizes = if ON_GPU { Self::full() } else { Self::small() };
+        let mut customized = false;
+        let mut mark_steps = true;
+        let mut i = 0;
+        while i < args.len() {
+            let flag = args[i].as_str();
+            match flag {
+                "--small" => sizes = Self::small(),
+                "--full" => sizes = Self::full(),
+                "--no-mark-step" => mark_steps = false,
+                "-h" | "--help" => return Err(String::new()),
+                "--d-model" | "--heads" | "--layers" | "--d-ff" | "--batch" | "--seq"
+                | "--iters" | "--warmup" => {
+                    let value = args
+                        .get(i + 1)
+                        .ok_or_else(|| format!("{flag} needs a value"))?;
+                    let n: usize = value.parse().map_err(|_| {
+                        format!("{flag} {value:?}: expected a non-negative integer")
+                    })?;
+                    let min = if flag == "--warmup" { 0 } else { 1 };
+                    if n < min {
+                        return Err(format!("{flag} must be at least {min}"));
+                    }
+                    match flag {
+                        "--d-model" => sizes.d_model = n,
+                        "--heads" => sizes.heads = n,
+                        "--layers" => sizes.layers = n,
+                        "--d-ff" => sizes.d_ff = n,
+                        "--batch" => sizes.batch = n,
+                        "--seq" => sizes.seq = n,
+                        "--iters" => sizes.iters = n,
+                        _ => sizes.warmup = n,
+                    }
+                    customized = true;
+                    i += 1;
+                }
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+            i += 1;
+        }
+        if sizes.d_model % sizes.heads != 0 {
+            return Err(format!(
+                "--d-model {} must be divisible by --heads {}",
+                sizes.d_model, sizes.heads
+            ));
+        }
+        if customized {
+            sizes.preset = "custom";
+        }
+        sizes.mark_steps = mark_steps;
+        Ok(sizes)
+    }
+
+    fn config(&self) -> TransformerEncoderConfig {
+        TransformerEncoderConfig::new(self.d_model, self.d_ff, self.heads, self.layers)
+            .with_dropout(0.0)
+            .with_activation(ActivationConfig::Relu)
+    }
+}
+
+const USAGE: &str = "usage: transformer_encoder [--small | --full] [--d-model N] [--heads N] \
+[--layers N] [--d-ff N] [--batch N] [--seq N] [--iters N] [--warmup N] [--no-mark-step]";
+
+// ---------------------------------------------------------------------------------------------
+// Identical weights and inputs on every backend.
+
+/// Collects the float parameters of a module, in visiting order.
+struct CollectWeights(Vec<TensorData>);
+
+impl<B: Backend> ModuleVisitor<B> for CollectWeights {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.0.push(param.val().into_data());
+    }
+}
+
+/// Replaces the float parameters of a module (same structure) by the collected ones.
+struct LoadWeights<B: Backend> {
+    weights: std::vec::IntoIter<TensorData>,
+    device: B::Device,
+}
+
+impl<B: Backend> ModuleMapper<B> for LoadWeights<B> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let data = self.weights.next().expect("fewer weights than parameters");
+        let tensor = Tensor::<B, D>::from_data(data, &self.device);
+        assert_eq!(tensor.shape(), param.lazy_shape(), "weight shape mismatch");
+        let id = param.id;
+        param.transform_for_load(tensor, id)
+    }
+}
+
+fn model_with<B: Backend>(
+    sizes: &Sizes,
+    weights: &[TensorData],
+    device: &B::Device,
+) -> TransformerEncoder<B> {
+    let mut loader = LoadWeights::<B> {
+        weights: weights.to_vec().into_iter(),
+        device: device.clone(),
+    };
+    let model = sizes.config().init::<B>(device).map(&mut loader);
+    assert!(
+        loader.weights.next().is_none(),
+        "more weights than parameters"
+    );
+    model
+}
+
+/// Reproducible values in [-1, 1).
+fn input_data(shape: [usize; 3], seed: u64) -> TensorData {
+    let mut state = seed.wrapping_mul(6364136223846793005) ^ 0x9E37_79B9_7F4A_7C15;
+    let n = shape.iter().product();
+    let values: Vec<f32> = (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+        })
+        .collect();
+    TensorData::new(values, shape)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The workload.
+
+fn forward<B: Backend>(model: &TransformerEncoder<B>, x: &Tensor<B, 3>) -> Tensor<B, 3> {
+    model.forward(TransformerEncoderInput::new(x.clone()))
+}
+
+fn train_step<B: AutodiffBackend, O: Optimizer<TransformerEncoder<B>, B>>(
+    model: TransformerEncoder<B>,
+    optim: &mut O,
+    x: &Tensor<B, 3>,
+) -> (TransformerEncoder<B>, Tensor<B::InnerBackend, 1>) {
+    let out = forward(&model, x);
+    let loss = out.square().mean();
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let model = optim.step(LEARNING_RATE, model, grads);
+    (model, loss.inner())
+}
+
+struct RunResult {
+    infer_ms: f64,
+    train_ms: f64,
+    /// Output of the first forward pass (before any training).
+    output: TensorData,
+    /// Loss of the last timed training step.
+    last_loss: f64,
+}
+
+fn ms_per_iter(elapsed: Duration, iters: usize) -> f64 {
+    elapsed.as_secs_f64() * 1e3 / iters as f64
+}
+
+/// Runs both phases on `B`; prints the explain summary of one warm training step when `B`
+/// captures graphs.
+fn run<B: Backend>(
+    label: &str,
+    sizes: &Sizes,
+    weights: &[TensorData],
+    input: &TensorData,
+) -> RunResult {
+    let device = B::Device::default();
+    let x = Tensor::<B, 3>::from_data(input.clone(), &device);
+
+    // Inference.
+    let model = model_with::<B>(sizes, weights, &device);
+    let output = forward(&model, &x).into_data();
+    let step_end = || {
+        if sizes.mark_steps {
+            mark_step();
+        }
+    };
+    let mut outs = Vec::with_capacity(sizes.warmup.max(sizes.iters));
+    for _ in 0..sizes.warmup {
+        outs.push(forward(&model, &x));
+        step_end();
+    }
+    B::sync(&device).expect("sync");
+    outs.clear();
+    let start = Instant::now();
+    for _ in 0..sizes.iters {
+        outs.push(forward(&model, &x));
+        step_end();
+    }
+    B::sync(&device).expect("sync");
+    let infer_ms = ms_per_iter(start.elapsed(), sizes.iters);
+    drop(outs);
+    drop(model);
+
+    // Training step, on `Autodiff<B>`.
+    let xa = Tensor::<Ad<B>, 3>::from_data(input.clone(), &device);
+    let mut model = model_with::<Ad<B>>(sizes, weights, &device);
+    let mut optim = AdamConfig::new().init::<Ad<B>, TransformerEncoder<Ad<B>>>();
+    let mut losses = Vec::with_capacity(sizes.warmup.max(sizes.iters) + 1);
+    for _ in 0..sizes.warmup.max(1) {
+        let (m, loss) = train_step(model, &mut optim, &xa);
+        model = m;
+        losses.push(loss);
+        step_end();
+    }
+    let _ = losses.last().unwrap().clone().into_scalar();
+    B::sync(&device).expect("sync");
+    losses.clear();
+
+    // Two explained steps: the first aligns the graph boundaries on the step (`explain` closes
+    // the pending graph on entry and exit), the second is the warm one reported.
+    let mut report = None;
+    for _ in 0..2 {
+        let ((m, loss), r) = explain(|| train_step(model, &mut optim, &xa));
+        model = m;
+        losses.push(loss);
+        report = Some(r);
+    }
+    let report = report.unwrap();
+    if report.graph_count > 0 {
+        println!("[{label}] explain of one warm training step:");
+        print_summary(&report);
+    }
+    let _ = losses.last().unwrap().clone().into_scalar();
+    losses.clear();
+
+    let start = Instant::now();
+    for _ in 0..sizes.iters {
+        let (m, loss) = train_step(model, &mut optim, &xa);
+        model = m;
+        losses.push(loss);
+        step_end();
+    }
+    let last_loss: f64 = losses.last().unwrap().clone().into_scalar().elem();
+    B::sync(&device).expect("sync");
+    let train_ms = ms_per_iter(start.elapsed(), sizes.iters);
+
+    RunResult {
+        infer_ms,
+        train_ms,
+        output,
+        last_loss,
+    }
+}
+
+/// A short explain report: counts, ops, and the distinct break reasons (no op listings).
+fn print_summary(report: &Explanation) {
+    let ops: usize = report.ops_per_graph.iter().sum();
+    let compile: Duration = report.compile_times.iter().sum();
+    let launches: usize = report.graphs.iter().map(|g| g.launches).sum();
+    let dead: usize = report.graphs.iter().map(|g| g.dead).sum();
+    println!(
+        "  {} graph(s), {} break(s), cache {} hit(s) / {} miss(es), compile {:?}",
+        report.graph_count,
+        report.graph_break_count,
+        report.cache_hits,
+        report.cache_misses,
+        compile
+    );
+    println!(
+        "  {ops} ops recorded (per graph: {:?}), {launches} launches, {dead} dead",
+        report.ops_per_graph
+    );
+    // Distinct breaks, with how often each occurred.
+    let mut distinct: Vec<(String, usize)> = Vec::new();
+    for b in &report.break_reasons {
+        let line = b.to_string();
+        match distinct.iter_mut().find(|(l, _)| *l == line) {
+            Some((_, n)) => *n += 1,
+            None => distinct.push((line, 1)),
+        }
+    }
+    const SHOWN: usize = 8;
+    for (line, n) in distinct.iter().take(SHOWN) {
+        println!("  break ×{n}: {line}");
+    }
+    if distinct.len() > SHOWN {
+        println!("  … {} more distinct break(s)", distinct.len() - SHOWN);
+    }
+}
+
+fn print_metrics(m: &Metrics) {
+    println!(
+        "burn-compile metrics (compiled run): {} graphs, cache {} hits / {} misses, compile {:?}",
+        m.graphs, m.cache_hits, m.cache_misses, m.compile_time
+    );
+    println!(
+        "  ops: {} recorded, {} executed through plans, {} eliminated as dead, {} eager",
+        m.ops_recorded, m.ops_executed, m.ops_eliminated, m.eager_ops
+    );
+    let breaks: Vec<String> = m
+        .breaks
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(r, n)| format!("{}={n}", BreakReason::name(*r)))
+        .collect();
+    println!(
+        "  breaks: {}",
+        if breaks.is_empty() {
+            "none".to_string()
+        } else {
+            breaks.join(", ")
+        }
+    );
+}
+
+fn max_abs_diff(a: &TensorData, b: &TensorData) -> f32 {
+    assert_eq!(a.shape, b.shape, "output shapes differ");
+    a.iter::<f32>()
+        .zip(b.iter::<f32>())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, |m, d| if d.is_nan() { f32::NAN } else { m.max(d) })
+}
+
+fn main() -> ExitCode {
+    let sizes = match Sizes::parse(std::env::args().skip(1)) {
+        Ok(s) => s,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("error: {e}");
+            }
+            eprintln!("{USAGE}");
+            return if e.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            };
+        }
+    };
+    println!("backend: {BACKEND}: eager vs Compiled<…>");
+    println!(
+        "sizes ({}): d_model {}, heads {}, layers {}, d_ff {}, batch {}, seq {}, ReLU, dropout 0; \
+         {} warmup + {} timed iterations, {}",
+        sizes.preset,
+        sizes.d_model,
+        sizes.heads,
+        sizes.layers,
+        sizes.d_ff,
+        sizes.batch,
+        sizes.seq,
+        sizes.warmup,
+        sizes.iters,
+        if sizes.mark_steps {
+            "mark_step() after each iteration"
+        } else {
+            "no step marks (--no-mark-step)"
+        }
+    );
+    if !ON_GPU && sizes.preset == "small" {
+        println!("(CPU default is the small preset; pass --full for the W1 sizes)");
+    }
+
+    // Weights from one initialization, inputs from a fixed seed: the same on both backends.
+    let weights = {
+        let mut collect = CollectWeights(Vec::new());
+        sizes
+            .config()
+            .init::<Eager>(&Default::default())
+            .visit(&mut collect);
+        collect.0
+    };
+    let input = input_data([sizes.batch, sizes.seq, sizes.d_model], 42);
+
+    let eager = run::<Eager>("eager", &sizes, &weights, &input);
+    let before = metrics();
+    let compiled = run::<Comp>("compiled", &sizes, &weights, &input);
+    let delta = metrics().since(&before);
+
+    let diff = max_abs_diff(&eager.output, &compiled.output);
+    let ok = diff <= TOLERANCE;
+    println!(
+        "correctness: inference output max |compiled - eager| = {diff:.3e} (tolerance {TOLERANCE:e}): {}",
+        if ok { "OK" } else { "FAILED" }
+    );
+    let loss_diff = (eager.last_loss - compiled.last_loss).abs();
+    println!(
+        "training: last loss eager {:.6}, compiled {:.6} (|diff| {loss_diff:.3e})",
+        eager.last_loss, compiled.last_loss
+    );
+
+    println!();
+    println!(
+        "{:<22} {:>12} {:>14} {:>20}",
+        "phase", "eager ms", "compiled ms", "ratio eager/compiled"
+    );
+    for (phase, e, c) in [
+        ("inference (forward)", eager.infer_ms, compiled.infer_ms),
+        ("train step", eager.train_ms, compiled.train_ms),
+    ] {
+        println!("{phase:<22} {e:>12.3} {c:>14.3} {:>20.3}", e / c);
+    }
+    println!();
+    print_metrics(&delta);
+
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("error: compiled and eager inference outputs differ by {diff:e} > {TOLERANCE:e}");
+        ExitCode::FAILURE
+    }
+}

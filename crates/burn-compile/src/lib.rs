@@ -18,6 +18,8 @@
 //! println!("{y} {report}");
 //! ```
 
+#[cfg(feature = "owned-backend")]
+mod backend;
 mod capture;
 mod config;
 mod diagnostics;
@@ -38,9 +40,13 @@ pub use stance::{Stance, set_stance, stance};
 
 pub use burn_compile_graph::GraphKey;
 
+#[cfg(feature = "owned-backend")]
+pub use backend::Compiled;
+
 /// A Burn backend that captures the ops of the inner backend `B` into graphs and replays them
 /// through cached plans. `B` is the raw backend (`Flex`, `NdArray`, `CubeBackend<…>`); any
 /// backend implementing `burn_ir::BackendIr` works, Burn's own `Fusion<…>` included.
+#[cfg(not(feature = "owned-backend"))]
 pub type Compiled<B> = burn_router::BackendRouter<CompileChannel<B>>;
 
 /// `Compiled<Wgpu>`: raw CubeBackend on wgpu.

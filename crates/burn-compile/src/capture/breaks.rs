@@ -88,6 +88,12 @@ impl std::fmt::Display for GraphBreak {
 /// Source files of this crate that can be on the stack when a break is recorded. Frames are
 /// recognized by path: backtraces name functions without their crate.
 const OWN_FILES: &[&str] = &[
+    "src/backend/bool_tensor.rs",
+    "src/backend/float_tensor.rs",
+    "src/backend/int_tensor.rs",
+    "src/backend/mod.rs",
+    "src/backend/module.rs",
+    "src/backend/qtensor.rs",
     "src/capture/breaks.rs",
     "src/capture/client.rs",
     "src/explain.rs",

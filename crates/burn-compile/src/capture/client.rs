@@ -163,9 +163,12 @@ impl<B: BackendIr> Shared<B> {
         let stream = state.streams.get_mut(&thread).expect("stream exists");
         let shape = stream.segment.push(op);
         let len = stream.segment.len();
+        // With a period, cut at the largest whole number of periods that fits the size limit:
+        // every graph is then the same run of loop steps.
+        let max = state.config.max_graph_ops;
         let limit = match stream.period.period() {
-            Some(p) => p.min(state.config.max_graph_ops),
-            None => state.config.max_graph_ops,
+            Some(p) => (max / p).max(1) * p,
+            None => max,
         };
         if state.config.detect_period {
             stream.period.push(shape, state.config.max_graph_ops);
@@ -173,7 +176,7 @@ impl<B: BackendIr> Shared<B> {
         if len >= limit {
             let detail = if state.config.detect_period {
                 match stream.period.period() {
-                    Some(p) => Some(format!("loop period of {p} ops")),
+                    Some(p) => Some(format!("{} loop periods of {p} ops", limit / p)),
                     None => stream
                         .period
                         .detect()

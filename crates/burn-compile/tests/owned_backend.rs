@@ -1,0 +1,267 @@
+//! The ops burn-router leaves out, on the owned `Compiled<Flex>` backend: reads in the tensor's
+//! own dtype, quantized tensors, rfft/irfft, argwhere/nonzero and sorts. Every value is compared
+//! with eager `Flex` on the same inputs, and every eager op's break is checked in `explain`.
+#![cfg(feature = "owned-backend")]
+
+use burn::tensor::quantization::{
+    Calibration, QuantScheme, QuantStore, QuantValue, compute_q_params, compute_range,
+};
+use burn::tensor::signal::{irfft, rfft};
+use burn::tensor::{Bool, DType, Int, Tensor, TensorData, Tolerance, bf16, f16};
+use burn_compile::{BreakReason, Compiled, explain};
+use burn_flex::Flex;
+
+type C = Compiled<Flex>;
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn data(shape: [usize; 2], seed: u64) -> TensorData {
+    TensorData::new(values(shape[0] * shape[1], seed), shape)
+}
+
+fn scheme() -> QuantScheme {
+    QuantScheme::default()
+        .with_value(QuantValue::Q8S)
+        .with_store(QuantStore::Native)
+}
+
+fn reasons(report: &burn_compile::Explanation) -> Vec<BreakReason> {
+    report.break_reasons.iter().map(|b| b.reason).collect()
+}
+
+#[test]
+fn a_bf16_tensor_reads_back_as_bf16() {
+    let device = Default::default();
+    let input = data([3, 4], 1);
+    let compiled = (Tensor::<C, 2>::from_data(input.clone(), (&device, DType::BF16)) * 2.0)
+        .exp()
+        .into_data();
+    let eager = (Tensor::<Flex, 2>::from_data(input, (&device, DType::BF16)) * 2.0)
+        .exp()
+        .into_data();
+    assert_eq!(compiled.dtype, DType::BF16);
+    assert_eq!(eager.dtype, DType::BF16);
+    compiled.assert_eq(&eager, true);
+    let _: Vec<bf16> = compiled.to_vec().unwrap();
+}
+
+#[test]
+fn an_f16_tensor_and_an_int_tensor_keep_their_dtype() {
+    let device = Default::default();
+    let input = data([2, 5], 2);
+    let compiled = Tensor::<C, 2>::from_data(input.clone(), (&device, DType::F16)).abs();
+    let eager = Tensor::<Flex, 2>::from_data(input, (&device, DType::F16)).abs();
+    let compiled = compiled.into_data();
+    assert_eq!(compiled.dtype, DType::F16);
+    compiled.assert_eq(&eager.into_data(), true);
+    let _: Vec<f16> = compiled.to_vec().unwrap();
+
+    let ints = TensorData::new(vec![3i32, -1, 4, 1, -5, 9], [2, 3]);
+    let compiled =
+        (Tensor::<C, 2, Int>::from_data(ints.clone(), (&device, DType::I32)) * 2).into_data();
+    let eager = (Tensor::<Flex, 2, Int>::from_data(ints, (&device, DType::I32)) * 2).into_data();
+    assert_eq!(compiled.dtype, DType::I32);
+    compiled.assert_eq(&eager, true);
+}
+
+#[test]
+fn quantize_dequantize_round_trip_matches_eager() {
+    let device = Default::default();
+    let input = data([4, 8], 3);
+    let (compiled, report) = explain(|| {
+        let x = Tensor::<C, 2>::from_data(input.clone(), &device) * 3.0;
+        let q = x.quantize_dynamic(&scheme());
+        let back = q.clone().dequantize();
+        (q.into_data(), (back + 1.0).into_data())
+    });
+    let x = Tensor::<Flex, 2>::from_data(input.clone(), &device) * 3.0;
+    let q = x.quantize_dynamic(&scheme());
+    let back = q.clone().dequantize();
+    let eager = (q.into_data(), (back + 1.0).into_data());
+
+    assert!(
+        matches!(compiled.0.dtype, DType::QFloat(_)),
+        "{:?}",
+        compiled.0.dtype
+    );
+    compiled.0.assert_eq(&eager.0, true);
+    compiled.1.assert_eq(&eager.1, true);
+    assert_eq!(
+        reasons(&report),
+        vec![BreakReason::Unsupported, BreakReason::HostRead],
+        "{report}"
+    );
+    assert_eq!(
+        report.break_reasons[0].detail.as_deref(),
+        Some("quantize_dynamic")
+    );
+}
+
+#[test]
+fn quantized_ops_match_eager() {
+    let device = Default::default();
+    let (a, b) = (data([4, 6], 4), data([6, 3], 5));
+    let indices = TensorData::new(vec![2i64, 0, 3], [3]);
+    fn run<B: burn::tensor::backend::Backend>(
+        a: TensorData,
+        b: TensorData,
+        indices: TensorData,
+        device: &B::Device,
+    ) -> Vec<TensorData> {
+        let a = Tensor::<B, 2>::from_data(a, device);
+        let b = Tensor::<B, 2>::from_data(b, device);
+        let range = compute_range(&scheme(), &a, &Calibration::MinMax);
+        let qparams = compute_q_params(&scheme(), range);
+        let qa = a.quantize(&scheme(), qparams);
+        let qb = b.quantize_dynamic(&scheme());
+        let indices = Tensor::<B, 1, Int>::from_data(indices, device);
+        vec![
+            qa.clone().reshape([6, 4]).into_data(),
+            qa.clone().transpose().dequantize().into_data(),
+            qa.clone().slice([1..3, 0..4]).dequantize().into_data(),
+            qa.clone().select(0, indices).dequantize().into_data(),
+            qa.clone().matmul(qb).into_data(),
+            (qa.clone() + qa.clone()).into_data(),
+            qa.argmax(1).into_data(),
+        ]
+    }
+    let compiled = run::<C>(a.clone(), b.clone(), indices.clone(), &device);
+    let eager = run::<Flex>(a, b, indices, &device);
+    for (i, (c, e)) in compiled.iter().zip(&eager).enumerate() {
+        assert_eq!(c.dtype, e.dtype, "output {i}");
+        c.assert_approx_eq::<f32>(e, Tolerance::default());
+    }
+}
+
+#[test]
+fn quantized_data_uploads_and_reads_back() {
+    let device = Default::default();
+    let q = Tensor::<Flex, 2>::from_data(data([3, 4], 6), &device)
+        .quantize_dynamic(&scheme())
+        .into_data();
+    let compiled = Tensor::<C, 2>::from_data(q.clone(), &device);
+    let dequantized = compiled.clone().dequantize().into_data();
+    compiled.into_data().assert_eq(&q, true);
+    let eager = Tensor::<Flex, 2>::from_data(q, &device)
+        .dequantize()
+        .into_data();
+    dequantized.assert_eq(&eager, true);
+}
+
+#[test]
+fn rfft_and_irfft_match_eager() {
+    let device = Default::default();
+    let input = data([2, 8], 7);
+    let (compiled, report) = explain(|| {
+        let x = Tensor::<C, 2>::from_data(input.clone(), &device) * 2.0;
+        let (re, im) = rfft(x, 1, None);
+        let back = irfft(re.clone() + 0.0, im.clone(), 1, None);
+        (re.into_data(), im.into_data(), back.into_data())
+    });
+    let x = Tensor::<Flex, 2>::from_data(input.clone(), &device) * 2.0;
+    let (re, im) = rfft(x, 1, None);
+    let back = irfft(re.clone() + 0.0, im.clone(), 1, None);
+    let eager = (re.into_data(), im.into_data(), back.into_data());
+
+    compiled.0.assert_eq(&eager.0, true);
+    compiled.1.assert_eq(&eager.1, true);
+    compiled.2.assert_eq(&eager.2, true);
+    // The round trip gives the signal back.
+    compiled.2.assert_approx_eq::<f32>(
+        &(Tensor::<Flex, 2>::from_data(input, &device) * 2.0).into_data(),
+        Tolerance::default(),
+    );
+    eprintln!("{report}");
+    let breaks = reasons(&report);
+    assert_eq!(
+        &breaks[..2],
+        &[BreakReason::Unsupported, BreakReason::Unsupported],
+        "{report}"
+    );
+    let details: Vec<_> = report.break_reasons[..2]
+        .iter()
+        .map(|b| b.detail.as_deref())
+        .collect();
+    assert_eq!(details, vec![Some("rfft"), Some("irfft")], "{report}");
+}
+
+#[test]
+fn argwhere_and_nonzero_are_data_dependent_shape_breaks() {
+    let device = Default::default();
+    let input = data([4, 5], 8);
+    let (compiled, report) = explain(|| {
+        let mask = Tensor::<C, 2>::from_data(input.clone(), &device).greater_elem(0.2);
+        let indices = mask.clone().argwhere();
+        let count = indices.dims()[0];
+        let nonzero: Vec<TensorData> = mask.nonzero().into_iter().map(|t| t.into_data()).collect();
+        (indices.into_data(), count, nonzero)
+    });
+    let mask: Tensor<Flex, 2, Bool> =
+        Tensor::<Flex, 2>::from_data(input.clone(), &device).greater_elem(0.2);
+    let indices = mask.clone().argwhere();
+    let nonzero: Vec<TensorData> = mask.nonzero().into_iter().map(|t| t.into_data()).collect();
+
+    assert_eq!(compiled.1, indices.dims()[0]);
+    assert!(compiled.1 > 0);
+    compiled.0.assert_eq(&indices.into_data(), true);
+    assert_eq!(compiled.2.len(), nonzero.len());
+    for (c, e) in compiled.2.iter().zip(&nonzero) {
+        c.assert_eq(e, true);
+    }
+    // The graph with `greater_elem` ends at argwhere; nonzero's own argwhere has nothing
+    // pending before it.
+    eprintln!("{report}");
+    assert_eq!(
+        reasons(&report)[0],
+        BreakReason::DataDependentShape,
+        "{report}"
+    );
+    assert_eq!(
+        report.break_reasons[0].detail.as_deref(),
+        Some("bool_argwhere")
+    );
+}
+
+#[test]
+fn sorts_run_on_the_inner_backend() {
+    let device = Default::default();
+    let input = data([3, 6], 9);
+    let ints = TensorData::new(vec![5i64, -2, 7, 0, 3, 3], [2, 3]);
+    fn run<B: burn::tensor::backend::Backend>(
+        input: TensorData,
+        ints: TensorData,
+        device: &B::Device,
+    ) -> Vec<TensorData> {
+        let x = Tensor::<B, 2>::from_data(input, device) * 2.0;
+        let i = Tensor::<B, 2, Int>::from_data(ints, device) + 1;
+        let (values, indices) = x.clone().sort_with_indices(1);
+        vec![
+            x.clone().sort(1).into_data(),
+            x.clone().sort_descending(0).into_data(),
+            x.argsort(1).into_data(),
+            values.into_data(),
+            indices.into_data(),
+            i.clone().sort(1).into_data(),
+            i.argsort_descending(1).into_data(),
+        ]
+    }
+    let (compiled, report) = explain(|| run::<C>(input.clone(), ints.clone(), &device));
+    let eager = run::<Flex>(input, ints, &device);
+    for (i, (c, e)) in compiled.iter().zip(&eager).enumerate() {
+        assert_eq!(c.dtype, e.dtype, "output {i}");
+        c.assert_eq(e, true);
+    }
+    assert_eq!(reasons(&report)[0], BreakReason::Unsupported, "{report}");
+}
