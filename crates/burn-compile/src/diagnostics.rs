@@ -43,7 +43,10 @@ thread_local! {
 
 /// True when breaks should carry user locations and graphs their listings.
 pub(crate) fn wanted(configured: bool) -> bool {
-    configured || EXPLAIN.with(|s| s.borrow().is_some()) || STRICT.with(|s| s.borrow().is_some())
+    // `try_with`: graphs are also closed from thread-exit hooks, after these are gone.
+    configured
+        || EXPLAIN.try_with(|s| s.borrow().is_some()).unwrap_or(false)
+        || STRICT.try_with(|s| s.borrow().is_some()).unwrap_or(false)
 }
 
 pub(crate) fn start_explain() -> Option<Vec<GraphRecord>> {

@@ -21,3 +21,22 @@ pub(crate) fn for_each(mut f: impl FnMut(&dyn AnyClient)) {
         f(client.as_ref());
     }
 }
+
+/// Runs at the exit of a thread that recorded ops: its streams are closed and forgotten, so a
+/// finished worker costs nothing afterwards.
+struct ThreadExit(std::thread::ThreadId);
+
+impl Drop for ThreadExit {
+    fn drop(&mut self) {
+        for_each(|c| c.thread_exited(self.0));
+    }
+}
+
+thread_local! {
+    static THREAD_EXIT: ThreadExit = ThreadExit(std::thread::current().id());
+}
+
+/// Arms the exit hook of the calling thread (once per thread).
+pub(crate) fn watch_thread_exit() {
+    THREAD_EXIT.with(|_| ());
+}

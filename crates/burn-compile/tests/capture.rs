@@ -220,3 +220,15 @@ fn a_tensor_shared_across_threads_is_synchronized() {
     from_thread.assert_approx_eq::<f32>(&eager.into_data(), Tolerance::default());
     drop(y);
 }
+
+#[test]
+fn a_tensor_made_by_a_finished_thread_is_usable() {
+    let device = Default::default();
+    let x = Tensor::<C, 2>::from_data(data([2, 5], 31), &device);
+    // The worker's graph is still pending when it returns its result and exits.
+    let y = std::thread::spawn(move || (x * 3.0).exp()).join().unwrap();
+    let eager = (Tensor::<Flex, 2>::from_data(data([2, 5], 31), &device) * 3.0).exp();
+    (y + 1.0)
+        .into_data()
+        .assert_approx_eq::<f32>(&(eager + 1.0).into_data(), Tolerance::default());
+}

@@ -142,6 +142,7 @@ impl<B: BackendIr> Shared<B> {
                     thread,
                     GraphBreak::new(BreakReason::MarkStep, None),
                     false,
+                    true,
                 );
             }
             diagnostics::COUNTERS
@@ -187,11 +188,12 @@ impl<B: BackendIr> Shared<B> {
             };
             let detail = detail.or_else(|| Some(format!("{limit} ops")));
             let brk = self.make_break(state, BreakReason::SizeLimit, detail, false);
-            self.flush(state, thread, brk, false);
+            self.flush(state, thread, brk, false, true);
         }
     }
 
     fn add_stream(&self, state: &mut State, thread: ThreadId) {
+        crate::registry::watch_thread_exit();
         state.streams.insert(thread, Stream::new());
         if state.streams.len() == 2 {
             // Start tracking: everything the existing stream has pending belongs to it.
@@ -235,7 +237,7 @@ impl<B: BackendIr> Shared<B> {
                     detail: Some("a tensor of this graph was used by another thread".into()),
                     location,
                 };
-                self.flush(state, other, brk, false);
+                self.flush(state, other, brk, false, false);
             }
         }
     }
@@ -250,7 +252,7 @@ impl<B: BackendIr> Shared<B> {
     ) {
         let thread = std::thread::current().id();
         let brk = self.make_break(state, reason, detail, region_end);
-        self.flush(state, thread, brk, region_end);
+        self.flush(state, thread, brk, region_end, true);
     }
 
     /// Closes the graphs of every thread (sync, seed: ordering with all pending work matters).
@@ -261,7 +263,7 @@ impl<B: BackendIr> Shared<B> {
         threads.sort_by_key(|t| *t != current);
         let brk = self.make_break(state, reason, detail, false);
         for thread in threads {
-            self.flush(state, thread, brk.clone(), false);
+            self.flush(state, thread, brk.clone(), false, thread == current);
         }
     }
 
@@ -285,7 +287,14 @@ impl<B: BackendIr> Shared<B> {
     }
 
     /// Closes the graph of `thread` and runs it through the plan cache.
-    fn flush(&self, state: &mut State, thread: ThreadId, brk: GraphBreak, region_end: bool) {
+    fn flush(
+        &self,
+        state: &mut State,
+        thread: ThreadId,
+        brk: GraphBreak,
+        region_end: bool,
+        own_thread: bool,
+    ) {
         let State {
             streams,
             touched_by,
@@ -328,7 +337,7 @@ impl<B: BackendIr> Shared<B> {
         let mut record = outcome.record;
         record.ended_by = brk;
         record.region_end = region_end;
-        diagnostics::report(record, thread == std::thread::current().id());
+        diagnostics::report(record, own_thread);
     }
 }
 
@@ -351,6 +360,8 @@ impl GraphBreak {
 pub(crate) trait AnyClient: Send + Sync {
     /// Closes the calling thread's graph on this device.
     fn close_current(&self, reason: BreakReason, detail: Option<String>, region_end: bool);
+    /// The thread ended: run its pending graph and forget its stream.
+    fn thread_exited(&self, thread: ThreadId);
     /// Error waiting for the calling thread, if any.
     fn take_pending_error(&self) -> Option<String>;
 }
@@ -360,6 +371,21 @@ impl<B: BackendIr> AnyClient for Shared<B> {
         let mut state = lock(&self.state);
         state.config = config_for(self.device.id());
         self.flush_current(&mut state, reason, detail, region_end);
+    }
+
+    fn thread_exited(&self, thread: ThreadId) {
+        let mut state = lock(&self.state);
+        let brk = GraphBreak {
+            reason: BreakReason::MarkStep,
+            detail: Some("thread exit".into()),
+            location: None,
+        };
+        // Its pending ops may produce tensors the thread handed to others: run them now.
+        self.flush(&mut state, thread, brk, true, false);
+        state.streams.remove(&thread);
+        if state.streams.len() <= 1 {
+            state.touched_by.clear();
+        }
     }
 
     fn take_pending_error(&self) -> Option<String> {
@@ -389,7 +415,7 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
                     BreakReason::CrossThread,
                     Some("read by another thread".into()),
                 );
-                self.shared.flush(&mut state, owner, brk, false);
+                self.shared.flush(&mut state, owner, brk, false, false);
             }
         }
         if let Some(err) = Self::take_error(&mut state) {
