@@ -1,12 +1,14 @@
 //! [`IntTensorOps`] of [`Compiled`]: every op forwards to burn-router, which records it in the
-//! capture stream. Reads keep the tensor's dtype; sorts run eagerly on the inner backend.
+//! capture stream. Reads keep the tensor's dtype; sorts and int -> int casts run eagerly on the
+//! inner backend.
 
 use super::{Compiled, Router, eager, read};
 use crate::capture::BreakReason;
 use burn_backend::ops::IntTensorOps;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IndexingUpdateOp, IntTensor};
 use burn_backend::{
-    BoolDType, Distribution, ExecutionError, FloatDType, IntDType, Scalar, Shape, Slice, TensorData,
+    BoolDType, DType, Distribution, ExecutionError, FloatDType, IntDType, Scalar, Shape, Slice,
+    TensorData, TensorMetadata,
 };
 use burn_ir::BackendIr;
 
@@ -465,7 +467,16 @@ impl<B: BackendIr> IntTensorOps<Self> for Compiled<B> {
     }
 
     fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self> {
-        Router::<B>::int_cast(tensor, dtype)
+        // burn-router records the cast, but its runner cannot execute an int -> int cast
+        // (`unreachable!`): run the inner backend's cast.
+        if tensor.dtype() == DType::from(dtype) {
+            return tensor;
+        }
+        let client = tensor.client.clone();
+        let tensor = tensor.into_ir();
+        eager(&client, BreakReason::Unsupported, "int_cast", |inner| {
+            inner.register_int(B::int_cast(inner.int(&tensor), dtype))
+        })
     }
 
     fn int_unfold(

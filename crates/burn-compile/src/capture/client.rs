@@ -255,7 +255,8 @@ impl<B: BackendIr> Shared<B> {
         self.flush(state, thread, brk, region_end, true);
     }
 
-    /// Closes the graphs of every thread (sync, seed: ordering with all pending work matters).
+    /// Closes the graphs of every thread (an op run eagerly outside graphs may read tensors
+    /// pending in any of them).
     fn flush_all(&self, state: &mut State, reason: BreakReason, detail: Option<String>) {
         let current = std::thread::current().id();
         let mut threads: Vec<ThreadId> = state.streams.keys().copied().collect();
@@ -428,7 +429,10 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
     fn sync(&self) -> Result<(), ExecutionError> {
         let mut state = lock(&self.shared.state);
         state.config = config_for(self.shared.device.id());
-        self.shared.flush_all(&mut state, BreakReason::Sync, None);
+        // The calling thread's graph only: other threads' pending ops are unobservable until
+        // they read, and closing them here would cut their graphs at arbitrary points.
+        self.shared
+            .flush_current(&mut state, BreakReason::Sync, None, false);
         if let Some(err) = Self::take_error(&mut state) {
             return Err(err);
         }
@@ -452,7 +456,10 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
 
     fn seed(&self, seed: u64) {
         let mut state = lock(&self.shared.state);
-        self.shared.flush_all(&mut state, BreakReason::Seed, None);
+        // As for sync: random ops of other threads interleave with this seed as they would
+        // in eager Burn, in an order no program can rely on.
+        self.shared
+            .flush_current(&mut state, BreakReason::Seed, None, false);
         drop(state);
         self.shared.runner.seed(seed);
     }
