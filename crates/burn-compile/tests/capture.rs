@@ -73,6 +73,12 @@ fn host_read_is_a_break_with_the_user_location() {
             .iter()
             .all(|b| b.reason == BreakReason::HostRead)
     );
+    let text = report.to_string();
+    assert!(text.contains("2 break(s)"), "{text}");
+    assert!(
+        text.contains("NumericFloat.MulScalar"),
+        "listing missing:\n{text}"
+    );
     let location = report.break_reasons[0].location.as_deref().unwrap_or("");
     assert!(location.contains("capture.rs"), "location was {location:?}");
     let xs = data([3, 3], 3).to_vec::<f32>().unwrap();
