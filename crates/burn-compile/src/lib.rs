@@ -4,7 +4,7 @@
 //! `Compiled<Cuda>`, also under `Autodiff<…>`) and every op is captured into graphs, cut at
 //! explicit, explained breaks, and replayed through cached plans.
 //!
-//! The pipeline reads in folder order: `capture` (this crate) → `graph` → `passes` →
+//! The pipeline reads in folder order: `backend` + `capture` (this crate) → `graph` → `passes` →
 //! `schedule` (backend-free crates) → `runtime` (this crate).
 //!
 //! ```no_run
@@ -18,7 +18,6 @@
 //! println!("{y} {report}");
 //! ```
 
-#[cfg(feature = "owned-backend")]
 mod backend;
 mod capture;
 mod config;
@@ -40,14 +39,7 @@ pub use stance::{Stance, set_stance, stance};
 
 pub use burn_compile_graph::GraphKey;
 
-#[cfg(feature = "owned-backend")]
 pub use backend::Compiled;
-
-/// A Burn backend that captures the ops of the inner backend `B` into graphs and replays them
-/// through cached plans. `B` is the raw backend (`Flex`, `NdArray`, `CubeBackend<…>`); any
-/// backend implementing `burn_ir::BackendIr` works, Burn's own `Fusion<…>` included.
-#[cfg(not(feature = "owned-backend"))]
-pub type Compiled<B> = burn_router::BackendRouter<CompileChannel<B>>;
 
 /// `Compiled<Wgpu>`: raw CubeBackend on wgpu.
 #[cfg(feature = "wgpu")]

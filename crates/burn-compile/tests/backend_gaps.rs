@@ -1,7 +1,6 @@
-//! The ops burn-router leaves out, on the owned `Compiled<Flex>` backend: reads in the tensor's
+//! The ops burn-router leaves out, on `Compiled<Flex>`: reads in the tensor's
 //! own dtype, quantized tensors, rfft/irfft, argwhere/nonzero and sorts. Every value is compared
 //! with eager `Flex` on the same inputs, and every eager op's break is checked in `explain`.
-#![cfg(feature = "owned-backend")]
 
 use burn::tensor::quantization::{
     Calibration, QuantScheme, QuantStore, QuantValue, compute_q_params, compute_range,
@@ -183,7 +182,6 @@ fn rfft_and_irfft_match_eager() {
         &(Tensor::<Flex, 2>::from_data(input, &device) * 2.0).into_data(),
         Tolerance::default(),
     );
-    eprintln!("{report}");
     let breaks = reasons(&report);
     assert_eq!(
         &breaks[..2],
@@ -195,6 +193,12 @@ fn rfft_and_irfft_match_eager() {
         .map(|b| b.detail.as_deref())
         .collect();
     assert_eq!(details, vec![Some("rfft"), Some("irfft")], "{report}");
+    // The break points at the user's call, not at the backend.
+    let location = report.break_reasons[0].location.as_deref().unwrap_or("");
+    assert!(
+        location.contains("backend_gaps.rs"),
+        "location was {location:?}"
+    );
 }
 
 #[test]
@@ -222,7 +226,6 @@ fn argwhere_and_nonzero_are_data_dependent_shape_breaks() {
     }
     // The graph with `greater_elem` ends at argwhere; nonzero's own argwhere has nothing
     // pending before it.
-    eprintln!("{report}");
     assert_eq!(
         reasons(&report)[0],
         BreakReason::DataDependentShape,
@@ -264,4 +267,35 @@ fn sorts_run_on_the_inner_backend() {
         c.assert_eq(e, true);
     }
     assert_eq!(reasons(&report)[0], BreakReason::Unsupported, "{report}");
+}
+
+#[test]
+fn int_to_int_casts_run_on_the_inner_backend() {
+    // burn-router records the cast but its runner cannot execute it (`unreachable!`).
+    use burn::tensor::IntDType;
+    let device = Default::default();
+    let ints = TensorData::new(vec![5i32, -2, 7, 0, 100, -100], [2, 3]);
+    fn run<B: burn::tensor::backend::Backend>(
+        ints: TensorData,
+        device: &B::Device,
+    ) -> Vec<TensorData> {
+        let i = Tensor::<B, 2, Int>::from_data(ints, (device, DType::I32)) + 1;
+        let narrow = i.clone().cast(IntDType::I8);
+        let wide = i.clone().cast(IntDType::I64);
+        vec![
+            narrow.clone().into_data(),
+            (narrow.clone() + narrow.clone()).into_data(),
+            narrow.cast(IntDType::I32).into_data(),
+            (wide * 1000).into_data(),
+            i.cast(IntDType::I32).into_data(),
+        ]
+    }
+    let (compiled, report) = explain(|| run::<C>(ints.clone(), &device));
+    let eager = run::<Flex>(ints, &device);
+    for (i, (c, e)) in compiled.iter().zip(&eager).enumerate() {
+        assert_eq!(c.dtype, e.dtype, "output {i}");
+        c.assert_eq(e, true);
+    }
+    assert_eq!(reasons(&report)[0], BreakReason::Unsupported, "{report}");
+    assert_eq!(report.break_reasons[0].detail.as_deref(), Some("int_cast"));
 }
