@@ -17,8 +17,19 @@ fn main() -> ExitCode {
     let ok = match task.as_str() {
         "test" => cargo(&["test", "--workspace", "--features", "burn-compile/wgpu"]),
         "bench" => {
-            cargo(&["run", "-p", "burn-compile-examples", "--example", "capture_overhead"])
-                && cargo(&["run", "-p", "burn-compile-examples", "--example", "transformer_encoder"])
+            cargo(&[
+                "run",
+                "-p",
+                "burn-compile-examples",
+                "--example",
+                "capture_overhead",
+            ]) && cargo(&[
+                "run",
+                "-p",
+                "burn-compile-examples",
+                "--example",
+                "transformer_encoder",
+            ])
         }
         _ => {
             eprintln!("usage: cargo xtask <test|bench>");
@@ -27,5 +38,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

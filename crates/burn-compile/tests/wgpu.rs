@@ -105,7 +105,9 @@ fn wgpu_gradients_match_eager() {
     ) -> (TensorData, TensorData) {
         let x = Tensor::<B, 2>::from_data(x, device).require_grad();
         let w = Tensor::<B, 2>::from_data(w, device).require_grad();
-        let loss = (x.clone().matmul(w.clone()).tanh() * 3.0).powi_scalar(2).mean();
+        let loss = (x.clone().matmul(w.clone()).tanh() * 3.0)
+            .powi_scalar(2)
+            .mean();
         let g = loss.backward();
         (
             x.grad(&g).unwrap().into_data(),
