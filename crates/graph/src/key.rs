@@ -14,7 +14,7 @@ use burn_ir::OperationIr;
 use rustc_hash::FxHashMap;
 use serde::{Serialize, ser};
 use std::hash::Hasher;
-use xxhash_rust::xxh3::Xxh3;
+use xxhash_rust::xxh3::xxh3_128;
 
 /// Key of a captured segment: a 128-bit digest of its normalized operations plus their count.
 #[derive(
@@ -39,10 +39,12 @@ impl std::fmt::Display for GraphKey {
 pub struct OpShape(pub u64);
 
 /// Incremental writer of a segment key: feed operations as they are recorded, read the key at
-/// the break. O(size of the operation) per call, no allocation once the id table has grown.
+/// the break. Recording appends the normalized bytes of the operation to a buffer (a streaming
+/// hasher costs more per small write than a copy); the key hashes the buffer once. No
+/// allocation once the buffer and the id table have grown.
 #[derive(Default)]
 pub struct KeyWriter {
-    segment: Xxh3,
+    segment: Vec<u8>,
     op: rustc_hash::FxHasher,
     ids: FxHashMap<u64, u32>,
     count: u32,
@@ -77,21 +79,21 @@ impl KeyWriter {
     /// The key of everything fed so far (the writer can go on).
     pub fn key(&self) -> GraphKey {
         GraphKey {
-            digest: self.segment.digest128(),
+            digest: xxh3_128(&self.segment),
             ops: self.count,
         }
     }
 
     /// Forgets everything: the next operation starts a new segment.
     pub fn reset(&mut self) {
-        self.segment.reset();
+        self.segment.clear();
         self.ids.clear();
         self.count = 0;
         self.in_tensor_id = false;
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        self.segment.update(bytes);
+        self.segment.extend_from_slice(bytes);
         self.op.write(bytes);
     }
 
@@ -101,7 +103,7 @@ impl KeyWriter {
             self.in_tensor_id = false;
             let next = self.ids.len() as u32;
             let local = *self.ids.entry(value).or_insert(next);
-            self.segment.update(&local.to_le_bytes());
+            self.segment.extend_from_slice(&local.to_le_bytes());
             return;
         }
         self.write(&value.to_le_bytes());
