@@ -238,3 +238,22 @@ fn a_tensor_made_by_a_finished_thread_is_usable() {
         .into_data()
         .assert_approx_eq::<f32>(&(eager + 1.0).into_data(), Tolerance::default());
 }
+
+#[test]
+fn a_thread_exiting_with_a_pending_matmul_does_not_abort() {
+    // Regression: the exiting thread's graph used to run inside a thread-local destructor, where
+    // the inner backend's own thread-locals (gemm's) were already gone: the process aborted.
+    let device = Default::default();
+    let a = Tensor::<C, 2>::from_data(data([4, 8], 32), &device);
+    let w = Tensor::<C, 2>::from_data(data([8, 8], 33), &device);
+    let b = std::thread::spawn(move || {
+        let _ = a.clone().matmul(w.clone()).sum().into_scalar(); // the thread runs a matmul
+        a.matmul(w) // still pending when the thread exits
+    })
+    .join()
+    .unwrap();
+    let eager = Tensor::<Flex, 2>::from_data(data([4, 8], 32), &device)
+        .matmul(Tensor::<Flex, 2>::from_data(data([8, 8], 33), &device));
+    b.into_data()
+        .assert_approx_eq::<f32>(&eager.into_data(), Tolerance::default());
+}

@@ -30,6 +30,8 @@ struct Stream {
     /// An error to hand to the user at the next read or sync of this thread (a graph that
     /// could not be compiled under the fail-on-recompile stance, …).
     pending_error: Option<String>,
+    /// Its thread has exited; the pending graph runs at the next use of the device.
+    orphaned: bool,
 }
 
 impl Stream {
@@ -38,6 +40,7 @@ impl Stream {
             segment: Segment::new(),
             period: PeriodDetector::default(),
             pending_error: None,
+            orphaned: false,
         }
     }
 }
@@ -49,6 +52,8 @@ struct State {
     touched_by: FxHashMap<TensorId, ThreadId>,
     config: CompileConfig,
     cache: PlanCache,
+    /// Some stream is orphaned (checked on every op: one load).
+    orphans: bool,
 }
 
 pub(crate) struct Shared<B: BackendIr> {
@@ -86,6 +91,7 @@ impl<B: BackendIr> CompileClient<B> {
                 touched_by: FxHashMap::default(),
                 config,
                 cache: PlanCache::default(),
+                orphans: false,
             }),
         });
         crate::registry::register(shared.clone());
@@ -105,7 +111,7 @@ impl<B: BackendIr> CompileClient<B> {
         detail: Option<String>,
         f: impl FnOnce(&Runner<B>) -> T,
     ) -> T {
-        let mut state = lock(&self.shared.state);
+        let mut state = self.shared.lock_state();
         self.shared.flush_all(&mut state, reason, detail);
         diagnostics::COUNTERS
             .eager_ops
@@ -124,9 +130,40 @@ impl<B: BackendIr> CompileClient<B> {
 }
 
 impl<B: BackendIr> Shared<B> {
+    /// Locks the device state, first running the graphs left by exited threads.
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        let mut state = lock(&self.state);
+        if state.orphans {
+            self.run_orphans(&mut state);
+        }
+        state
+    }
+
+    fn run_orphans(&self, state: &mut State) {
+        state.orphans = false;
+        let orphans: Vec<ThreadId> = state
+            .streams
+            .iter()
+            .filter(|(_, s)| s.orphaned)
+            .map(|(t, _)| *t)
+            .collect();
+        for thread in orphans {
+            let brk = GraphBreak {
+                reason: BreakReason::MarkStep,
+                detail: Some("thread exit".into()),
+                location: None,
+            };
+            self.flush(state, thread, brk, true, false);
+            state.streams.remove(&thread);
+        }
+        if state.streams.len() <= 1 {
+            state.touched_by.clear();
+        }
+    }
+
     /// Records one op in the calling thread's stream.
     fn record(&self, op: OperationIr) {
-        let mut state = lock(&self.state);
+        let mut state = self.lock_state();
         diagnostics::COUNTERS
             .ops_recorded
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -180,7 +217,7 @@ impl<B: BackendIr> Shared<B> {
                     Some(p) => Some(format!("{} loop periods of {p} ops", limit / p)),
                     None => stream
                         .period
-                        .detect()
+                        .detect(state.config.max_graph_ops)
                         .map(|p| format!("loop period of {p} ops found")),
                 }
             } else {
@@ -301,6 +338,7 @@ impl<B: BackendIr> Shared<B> {
             touched_by,
             config,
             cache,
+            ..
         } = state;
         let Some(stream) = streams.get_mut(&thread) else {
             return;
@@ -369,23 +407,19 @@ pub(crate) trait AnyClient: Send + Sync {
 
 impl<B: BackendIr> AnyClient for Shared<B> {
     fn close_current(&self, reason: BreakReason, detail: Option<String>, region_end: bool) {
-        let mut state = lock(&self.state);
+        let mut state = self.lock_state();
         state.config = config_for(self.device.id());
         self.flush_current(&mut state, reason, detail, region_end);
     }
 
     fn thread_exited(&self, thread: ThreadId) {
+        // Its pending ops may produce tensors the thread handed to others, so they must run, but
+        // not here: this is a thread-local destructor, and the inner backend may use
+        // thread-locals that are already gone. The next thread to use the device runs them.
         let mut state = lock(&self.state);
-        let brk = GraphBreak {
-            reason: BreakReason::MarkStep,
-            detail: Some("thread exit".into()),
-            location: None,
-        };
-        // Its pending ops may produce tensors the thread handed to others: run them now.
-        self.flush(&mut state, thread, brk, true, false);
-        state.streams.remove(&thread);
-        if state.streams.len() <= 1 {
-            state.touched_by.clear();
+        if let Some(stream) = state.streams.get_mut(&thread) {
+            stream.orphaned = true;
+            state.orphans = true;
         }
     }
 
@@ -404,7 +438,7 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
     }
 
     fn read_tensor_async(&self, tensor: TensorIr) -> DynFut<Result<TensorData, ExecutionError>> {
-        let mut state = lock(&self.shared.state);
+        let mut state = self.shared.lock_state();
         state.config = config_for(self.shared.device.id());
         self.shared
             .flush_current(&mut state, BreakReason::HostRead, None, false);
@@ -427,7 +461,7 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
     }
 
     fn sync(&self) -> Result<(), ExecutionError> {
-        let mut state = lock(&self.shared.state);
+        let mut state = self.shared.lock_state();
         state.config = config_for(self.shared.device.id());
         // The calling thread's graph only: other threads' pending ops are unobservable until
         // they read, and closing them here would cut their graphs at arbitrary points.
@@ -455,7 +489,7 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
     }
 
     fn seed(&self, seed: u64) {
-        let mut state = lock(&self.shared.state);
+        let mut state = self.shared.lock_state();
         // As for sync: random ops of other threads interleave with this seed as they would
         // in eager Burn, in an order no program can rely on.
         self.shared

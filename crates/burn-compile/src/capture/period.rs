@@ -39,12 +39,17 @@ impl PeriodDetector {
         self.period
     }
 
-    /// Looks for the smallest `P` such that the whole history repeats with period `P` and holds
-    /// at least two periods. Records and returns it.
-    pub fn detect(&mut self) -> Option<usize> {
+    /// Looks for the smallest `P` such that the most recent `max(2P, max_graph_ops)` ops (or the
+    /// whole history, if shorter) repeat with period `P`. Requiring a whole graph's worth of
+    /// periodic ops rules out the period of a repeated layer inside a step; looking only at the
+    /// recent ops lets the ops recorded before the loop began age out. Records and returns it.
+    pub fn detect(&mut self, max_graph_ops: usize) -> Option<usize> {
         let h = self.history.make_contiguous();
         let n = h.len();
-        let found = (1..=n / 2).find(|&p| (p..n).all(|i| h[i] == h[i - p]));
+        let found = (1..=n / 2).find(|&p| {
+            let window = (2 * p).max(max_graph_ops).min(n);
+            (n - window + p..n).all(|i| h[i] == h[i - p])
+        });
         if found.is_some() {
             self.period = found;
             self.history.clear();
@@ -89,21 +94,44 @@ mod tests {
             feed(&mut d, &step);
         }
         feed(&mut d, &step[..4]); // cut mid-step: any phase works
-        assert_eq!(d.detect(), Some(step.len()));
+        assert_eq!(d.detect(100), Some(step.len()));
+    }
+
+    #[test]
+    fn ops_before_the_loop_age_out() {
+        let step = [9, 1, 2, 1, 2, 7, 8];
+        let mut d = PeriodDetector::default();
+        feed(&mut d, &[40, 41, 42, 43, 44]); // setup before the loop
+        for _ in 0..6 {
+            feed(&mut d, &step);
+        }
+        // The last 21 ops (a graph's worth) are periodic; the setup is older than that.
+        assert_eq!(d.detect(21), Some(step.len()));
+    }
+
+    #[test]
+    fn a_repeated_layer_is_not_the_period() {
+        let step = [9, 1, 2, 1, 2, 1, 2, 1, 2, 7];
+        let mut d = PeriodDetector::default();
+        for _ in 0..3 {
+            feed(&mut d, &step);
+        }
+        feed(&mut d, &[9, 1, 2, 1, 2, 1, 2, 1, 2]); // the layers repeat with period 2 here
+        assert_eq!(d.detect(10), Some(step.len()));
     }
 
     #[test]
     fn no_period_in_a_changing_stream() {
         let mut d = PeriodDetector::default();
         feed(&mut d, &(0..50).collect::<Vec<_>>());
-        assert_eq!(d.detect(), None);
+        assert_eq!(d.detect(100), None);
     }
 
     #[test]
     fn forgets_the_period_after_repeated_misses() {
         let mut d = PeriodDetector::default();
         feed(&mut d, &[1, 2, 1, 2, 1, 2]);
-        assert_eq!(d.detect(), Some(2));
+        assert_eq!(d.detect(100), Some(2));
         d.miss();
         d.hit();
         d.miss();
