@@ -11,7 +11,9 @@
 //!
 //! Size flags: `--small`, `--full`, `--d-model N --heads N --layers N --d-ff N --batch N --seq N
 //! --iters N --warmup N` (flags after a preset override it). On CPU the default is `--small`
-//! (quick on a 2-core machine); on a GPU backend it is `--full`.
+//! (quick on a 2-core machine); on a GPU backend it is `--full`. Each iteration ends with
+//! `burn_compile::mark_step()` (a no-op for the eager backend); `--no-mark-step` leaves the loops
+//! unmarked, so the compiled run relies on the size limit and loop-period detection instead.
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::nn::activation::ActivationConfig;
@@ -131,7 +133,8 @@ impl Sizes {
                         "--iters" => sizes.iters = n,
                         _ => sizes.warmup = n,
                     }
-                    customized = true;
+                    // Iteration counts keep the preset's name; sizes make it custom.
+                    customized |= !matches!(flag, "--iters" | "--warmup");
                     i += 1;
                 }
                 other => return Err(format!("unknown argument {other:?}")),
