@@ -12,7 +12,7 @@
 //! the median of several repetitions, to reduce the noise of a shared machine.
 //!
 //! ```text
-//! cargo run -p burn-compile-examples --example capture_overhead
+//! cargo run -p burn-compile-examples --example capture_overhead [-- --host-only]
 //! ```
 
 use burn::module::Module;
@@ -357,8 +357,13 @@ fn main() {
     println!(
         "capture overhead on CPU: Compiled<Flex> vs Flex, median of {REPS} alternated repetitions"
     );
+    // `--host-only`: parts (a) and (b) only (for profiling the capture itself).
+    let host_only = std::env::args().any(|a| a == "--host-only");
     let per_op_diff = per_op();
     per_graph(per_op_diff);
+    if host_only {
+        return;
+    }
     let pass = medium();
     println!(
         "goal \"once warm, compiled CPU run not more than 5 % slower than eager\": {}",

@@ -7,6 +7,7 @@
 use burn_backend::{DeviceId, DeviceOps};
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What happens to the op stream of a device.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -119,6 +120,12 @@ impl CompileConfig {
 }
 
 static CONFIGS: Mutex<Vec<(DeviceId, CompileConfig)>> = Mutex::new(Vec::new());
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Bumped by every [`configure`]: devices re-read their config at their next break when it moved.
+pub(crate) fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
 
 /// Sets the configuration of one device. Takes effect at the device's next graph break.
 pub fn configure<D: DeviceOps>(device: &D, config: CompileConfig) {
@@ -126,12 +133,13 @@ pub fn configure<D: DeviceOps>(device: &D, config: CompileConfig) {
     let mut configs = CONFIGS.lock().unwrap_or_else(|e| e.into_inner());
     configs.retain(|(d, _)| *d != id);
     configs.push((id, config));
+    GENERATION.fetch_add(1, Ordering::Release);
 }
 
 /// The effective configuration of a device: [`configure`]d or default, then the environment.
 ///
-/// An invalid environment variable is reported once per call site as a warning and ignored,
-/// rather than failing the user's training run.
+/// The environment is read when the device starts and after each [`configure`] call. An invalid
+/// variable is reported as a warning and ignored, rather than failing the user's training run.
 pub fn config_for(id: DeviceId) -> CompileConfig {
     let base = CONFIGS
         .lock()

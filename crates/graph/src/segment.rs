@@ -43,9 +43,19 @@ impl Segment {
         self.key.key()
     }
 
-    /// Takes the operations out, leaving an empty segment that keeps its allocations.
+    /// Takes the operations out, leaving an empty segment. Hand the emptied vector back with
+    /// [`Segment::recycle`]: operations are large (hundreds of bytes), and regrowing the buffer
+    /// from zero for every graph would copy each of them several times.
     pub fn take_ops(&mut self) -> Vec<OperationIr> {
         self.key.reset();
         std::mem::take(&mut self.ops)
+    }
+
+    /// Gives back a vector from [`Segment::take_ops`] (emptied) to record the next graph into.
+    pub fn recycle(&mut self, mut ops: Vec<OperationIr>) {
+        ops.clear();
+        if self.ops.is_empty() && self.ops.capacity() < ops.capacity() {
+            self.ops = ops;
+        }
     }
 }

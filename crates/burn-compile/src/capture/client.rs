@@ -51,6 +51,8 @@ struct State {
     /// stream exists: a single-threaded program pays nothing for it.
     touched_by: FxHashMap<TensorId, ThreadId>,
     config: CompileConfig,
+    /// [`crate::config::generation`] when `config` was read.
+    config_generation: u64,
     cache: PlanCache,
     /// Some stream is orphaned (checked on every op: one load).
     orphans: bool,
@@ -75,6 +77,15 @@ impl<B: BackendIr> Clone for CompileClient<B> {
     }
 }
 
+thread_local! {
+    static THREAD: ThreadId = std::thread::current().id();
+}
+
+/// The calling thread's id, without `thread::current()`'s reference count traffic (hot path).
+fn current_thread() -> ThreadId {
+    THREAD.with(|t| *t)
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // An inner-backend panic while a graph ran must not make the device unusable.
     mutex.lock().unwrap_or_else(|e| e.into_inner())
@@ -82,6 +93,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl<B: BackendIr> CompileClient<B> {
     fn new(device: B::Device) -> Self {
+        let config_generation = crate::config::generation();
         let config = config_for(device.id());
         let shared = Arc::new(Shared {
             runner: Runner::new(device.clone()),
@@ -90,6 +102,7 @@ impl<B: BackendIr> CompileClient<B> {
                 streams: FxHashMap::default(),
                 touched_by: FxHashMap::default(),
                 config,
+                config_generation,
                 cache: PlanCache::default(),
                 orphans: false,
             }),
@@ -121,7 +134,7 @@ impl<B: BackendIr> CompileClient<B> {
 
     /// Takes the error waiting for this thread, if any.
     fn take_error(state: &mut State) -> Option<ExecutionError> {
-        let stream = state.streams.get_mut(&std::thread::current().id())?;
+        let stream = state.streams.get_mut(&current_thread())?;
         stream
             .pending_error
             .take()
@@ -137,6 +150,15 @@ impl<B: BackendIr> Shared<B> {
             self.run_orphans(&mut state);
         }
         state
+    }
+
+    /// Picks up a new [`crate::configure`] call (checked at breaks, not per op).
+    fn refresh_config(&self, state: &mut State) {
+        let generation = crate::config::generation();
+        if state.config_generation != generation {
+            state.config = config_for(self.device.id());
+            state.config_generation = generation;
+        }
     }
 
     fn run_orphans(&self, state: &mut State) {
@@ -168,7 +190,7 @@ impl<B: BackendIr> Shared<B> {
             .ops_recorded
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if !state.config.enabled || stance() == Stance::Eager {
-            let thread = std::thread::current().id();
+            let thread = current_thread();
             if state
                 .streams
                 .get(&thread)
@@ -189,7 +211,7 @@ impl<B: BackendIr> Shared<B> {
             return;
         }
 
-        let thread = std::thread::current().id();
+        let thread = current_thread();
         if !state.streams.contains_key(&thread) {
             self.add_stream(&mut state, thread);
         }
@@ -287,7 +309,7 @@ impl<B: BackendIr> Shared<B> {
         detail: Option<String>,
         region_end: bool,
     ) {
-        let thread = std::thread::current().id();
+        let thread = current_thread();
         let brk = self.make_break(state, reason, detail, region_end);
         self.flush(state, thread, brk, region_end, true);
     }
@@ -295,7 +317,7 @@ impl<B: BackendIr> Shared<B> {
     /// Closes the graphs of every thread (an op run eagerly outside graphs may read tensors
     /// pending in any of them).
     fn flush_all(&self, state: &mut State, reason: BreakReason, detail: Option<String>) {
-        let current = std::thread::current().id();
+        let current = current_thread();
         let mut threads: Vec<ThreadId> = state.streams.keys().copied().collect();
         // The caller's own graph first: its location is the one the user is looking at.
         threads.sort_by_key(|t| *t != current);
@@ -358,7 +380,8 @@ impl<B: BackendIr> Shared<B> {
             }
         }
         let diagnostics_on = diagnostics::wanted(config.diagnostics);
-        let outcome = cache.run(&self.runner, key, ops, config, diagnostics_on);
+        let mut outcome = cache.run(&self.runner, key, ops, config, diagnostics_on);
+        stream.segment.recycle(std::mem::take(&mut outcome.spent));
         if outcome.record.cache_hit {
             stream.period.hit();
         } else {
@@ -408,7 +431,7 @@ pub(crate) trait AnyClient: Send + Sync {
 impl<B: BackendIr> AnyClient for Shared<B> {
     fn close_current(&self, reason: BreakReason, detail: Option<String>, region_end: bool) {
         let mut state = self.lock_state();
-        state.config = config_for(self.device.id());
+        self.refresh_config(&mut state);
         self.flush_current(&mut state, reason, detail, region_end);
     }
 
@@ -425,7 +448,7 @@ impl<B: BackendIr> AnyClient for Shared<B> {
 
     fn take_pending_error(&self) -> Option<String> {
         let mut state = lock(&self.state);
-        let stream = state.streams.get_mut(&std::thread::current().id())?;
+        let stream = state.streams.get_mut(&current_thread())?;
         stream.pending_error.take()
     }
 }
@@ -439,7 +462,7 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
 
     fn read_tensor_async(&self, tensor: TensorIr) -> DynFut<Result<TensorData, ExecutionError>> {
         let mut state = self.shared.lock_state();
-        state.config = config_for(self.shared.device.id());
+        self.shared.refresh_config(&mut state);
         self.shared
             .flush_current(&mut state, BreakReason::HostRead, None, false);
         if state.streams.len() > 1 {
@@ -462,7 +485,7 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
 
     fn sync(&self) -> Result<(), ExecutionError> {
         let mut state = self.shared.lock_state();
-        state.config = config_for(self.shared.device.id());
+        self.shared.refresh_config(&mut state);
         // The calling thread's graph only: other threads' pending ops are unobservable until
         // they read, and closing them here would cut their graphs at arbitrary points.
         self.shared

@@ -35,6 +35,8 @@ pub(crate) struct PlanCache {
 
 pub(crate) struct Outcome {
     pub record: GraphRecord,
+    /// The graph's op vector, emptied, for the next graph to record into.
+    pub spent: Vec<OperationIr>,
 }
 
 impl PlanCache {
@@ -63,8 +65,9 @@ impl PlanCache {
             }
         };
         let listing = diagnostics.then(|| op_listing(&ops));
-        execute(runner, ops, &plan);
+        let spent = execute(runner, ops, &plan);
         Outcome {
+            spent,
             record: GraphRecord {
                 key,
                 ops: plan.ops as usize,
@@ -90,21 +93,24 @@ impl PlanCache {
     }
 }
 
-/// Replays a plan over the recorded ops of one graph.
-fn execute<B: BackendIr>(runner: &Runner<B>, ops: Vec<OperationIr>, plan: &Plan) {
-    let mut ops = ops.into_iter().enumerate();
+/// Replays a plan over the recorded ops of one graph; returns the emptied vector.
+fn execute<B: BackendIr>(
+    runner: &Runner<B>,
+    mut ops: Vec<OperationIr>,
+    plan: &Plan,
+) -> Vec<OperationIr> {
+    let mut recorded = ops.drain(..).enumerate();
+    let mut take = |index: u32| {
+        recorded
+            .find(|(i, _)| *i == index as usize)
+            .map(|(_, op)| op)
+            .expect("plan steps follow program order")
+    };
     for step in &plan.steps {
         match step {
-            Step::Eager { op } => {
-                let (_, op) = ops
-                    .find(|(i, _)| *i == *op as usize)
-                    .expect("plan steps follow program order");
-                runner.register_op(op);
-            }
+            Step::Eager { op } => runner.register_op(take(*op)),
             Step::Release { op, inputs } => {
-                let (_, op) = ops
-                    .find(|(i, _)| *i == *op as usize)
-                    .expect("plan steps follow program order");
+                let op = take(*op);
                 for (pos, input) in op.inputs().enumerate() {
                     if inputs.contains(&(pos as u8)) {
                         runner.register_op(OperationIr::Drop(input.clone()));
@@ -113,4 +119,6 @@ fn execute<B: BackendIr>(runner: &Runner<B>, ops: Vec<OperationIr>, plan: &Plan)
             }
         }
     }
+    drop(recorded);
+    ops
 }
