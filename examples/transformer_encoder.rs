@@ -198,6 +198,7 @@ fn model_with<B: Backend>(
     device: &B::Device,
 ) -> TransformerEncoder<B> {
     let mut loader = LoadWeights::<B> {
+        #[allow(clippy::unnecessary_to_owned)] // the mapper owns its iterator
         weights: weights.to_vec().into_iter(),
         device: device.clone(),
     };

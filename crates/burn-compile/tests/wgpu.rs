@@ -21,7 +21,7 @@ fn adapter_available() -> bool {
             .into_scalar()
     });
     match probe {
-        Ok(v) if v == 3.0 => true,
+        Ok(v) if (v - 3.0).abs() < 1e-6 => true,
         outcome => {
             let why = match outcome {
                 Ok(v) => format!("the probe kernel returned {v}, not 3"),
