@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Size flags: `--small`, `--full`, `--d-model N --heads N --layers N --d-ff N --batch N --seq N
-//! --iters N --warmup N` (flags after a preset override it). On CPU the default is `--small`
+//! --iters N --warmup N --rounds N` (flags after a preset override it). Timed iterations run in
+//! rounds that alternate eager and compiled; each figure is the median round. On CPU the default is `--small`
 //! (quick on a 2-core machine); on a GPU backend it is `--full`. Each iteration ends with
 //! `burn_compile::mark_step()` (a no-op for the eager backend); `--no-mark-step` leaves the loops
 //! unmarked, so the compiled run relies on the size limit and loop-period detection instead.
@@ -20,6 +21,7 @@ use burn::nn::activation::ActivationConfig;
 use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
 };
+use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
@@ -62,6 +64,8 @@ struct Sizes {
     seq: usize,
     iters: usize,
     warmup: usize,
+    /// Timed iterations are split into this many rounds, alternating eager and compiled.
+    rounds: usize,
     preset: &'static str,
     /// Call `mark_step()` after each iteration (a no-op on the eager backend).
     mark_steps: bool,
@@ -78,6 +82,7 @@ impl Sizes {
             seq: 16,
             iters: 50,
             warmup: 10,
+            rounds: 10,
             preset: "small",
             mark_steps: true,
         }
@@ -93,6 +98,7 @@ impl Sizes {
             seq: 128,
             iters: if ON_GPU { 20 } else { 3 },
             warmup: if ON_GPU { 5 } else { 1 },
+            rounds: if ON_GPU { 5 } else { 3 },
             preset: "full (W1)",
             mark_steps: true,
         }
@@ -112,7 +118,7 @@ impl Sizes {
                 "--no-mark-step" => mark_steps = false,
                 "-h" | "--help" => return Err(String::new()),
                 "--d-model" | "--heads" | "--layers" | "--d-ff" | "--batch" | "--seq"
-                | "--iters" | "--warmup" => {
+                | "--iters" | "--warmup" | "--rounds" => {
                     let value = args
                         .get(i + 1)
                         .ok_or_else(|| format!("{flag} needs a value"))?;
@@ -131,10 +137,11 @@ impl Sizes {
                         "--batch" => sizes.batch = n,
                         "--seq" => sizes.seq = n,
                         "--iters" => sizes.iters = n,
+                        "--rounds" => sizes.rounds = n,
                         _ => sizes.warmup = n,
                     }
                     // Iteration counts keep the preset's name; sizes make it custom.
-                    customized |= !matches!(flag, "--iters" | "--warmup");
+                    customized |= !matches!(flag, "--iters" | "--warmup" | "--rounds");
                     i += 1;
                 }
                 other => return Err(format!("unknown argument {other:?}")),
@@ -162,7 +169,8 @@ impl Sizes {
 }
 
 const USAGE: &str = "usage: transformer_encoder [--small | --full] [--d-model N] [--heads N] \
-[--layers N] [--d-ff N] [--batch N] [--seq N] [--iters N] [--warmup N] [--no-mark-step]";
+[--layers N] [--d-ff N] [--batch N] [--seq N] [--iters N] [--warmup N] [--rounds N] \
+[--no-mark-step]";
 
 // ---------------------------------------------------------------------------------------------
 // Identical weights and inputs on every backend.
@@ -244,107 +252,105 @@ fn train_step<B: AutodiffBackend, O: Optimizer<TransformerEncoder<B>, B>>(
     (model, loss.inner())
 }
 
-struct RunResult {
-    infer_ms: f64,
-    train_ms: f64,
-    /// Output of the first forward pass (before any training).
-    output: TensorData,
-    /// Loss of the last timed training step.
-    last_loss: f64,
-}
-
 fn ms_per_iter(elapsed: Duration, iters: usize) -> f64 {
     elapsed.as_secs_f64() * 1e3 / iters as f64
 }
 
-/// Runs both phases on `B`; prints the explain summary of one warm training step when `B`
-/// captures graphs.
-fn run<B: Backend>(
-    label: &str,
-    sizes: &Sizes,
-    weights: &[TensorData],
-    input: &TensorData,
-) -> RunResult {
-    let device = B::Device::default();
-    let x = Tensor::<B, 3>::from_data(input.clone(), &device);
+type Adam<B> = OptimizerAdaptor<burn::optim::Adam, TransformerEncoder<Ad<B>>, Ad<B>>;
 
-    // Inference.
-    let model = model_with::<B>(sizes, weights, &device);
-    let output = forward(&model, &x).into_data();
-    let step_end = || {
-        if sizes.mark_steps {
+/// The workload on one backend, kept alive across timing rounds so that eager and compiled
+/// rounds can alternate (a shared machine's load then affects both alike).
+struct Workload<B: Backend> {
+    device: B::Device,
+    x: Tensor<B, 3>,
+    model: TransformerEncoder<B>,
+    xa: Tensor<Ad<B>, 3>,
+    train_model: Option<TransformerEncoder<Ad<B>>>,
+    optim: Adam<B>,
+    mark_steps: bool,
+    /// Output of the first forward pass (before any training).
+    output: TensorData,
+    /// Loss of the last training step.
+    last_loss: Option<Tensor<B, 1>>,
+}
+
+impl<B: Backend> Workload<B> {
+    fn new(sizes: &Sizes, weights: &[TensorData], input: &TensorData) -> Self {
+        let device = B::Device::default();
+        let x = Tensor::<B, 3>::from_data(input.clone(), &device);
+        let model = model_with::<B>(sizes, weights, &device);
+        let output = forward(&model, &x).into_data();
+        Self {
+            xa: Tensor::from_data(input.clone(), &device),
+            train_model: Some(model_with::<Ad<B>>(sizes, weights, &device)),
+            optim: AdamConfig::new().init(),
+            mark_steps: sizes.mark_steps,
+            output,
+            last_loss: None,
+            device,
+            x,
+            model,
+        }
+    }
+
+    fn step_end(&self) {
+        if self.mark_steps {
             mark_step();
         }
-    };
-    let mut outs = Vec::with_capacity(sizes.warmup.max(sizes.iters));
-    for _ in 0..sizes.warmup {
-        outs.push(forward(&model, &x));
-        step_end();
     }
-    B::sync(&device).expect("sync");
-    outs.clear();
-    let start = Instant::now();
-    for _ in 0..sizes.iters {
-        outs.push(forward(&model, &x));
-        step_end();
-    }
-    B::sync(&device).expect("sync");
-    let infer_ms = ms_per_iter(start.elapsed(), sizes.iters);
-    drop(outs);
-    drop(model);
 
-    // Training step, on `Autodiff<B>`.
-    let xa = Tensor::<Ad<B>, 3>::from_data(input.clone(), &device);
-    let mut model = model_with::<Ad<B>>(sizes, weights, &device);
-    let mut optim = AdamConfig::new().init::<Ad<B>, TransformerEncoder<Ad<B>>>();
-    let mut losses = Vec::with_capacity(sizes.warmup.max(sizes.iters) + 1);
-    for _ in 0..sizes.warmup.max(1) {
-        let (m, loss) = train_step(model, &mut optim, &xa);
-        model = m;
-        losses.push(loss);
-        step_end();
+    /// Runs `n` forward passes; returns the time until the device finished them.
+    fn infer(&mut self, n: usize) -> Duration {
+        let mut outs = Vec::with_capacity(n);
+        let start = Instant::now();
+        for _ in 0..n {
+            outs.push(forward(&self.model, &self.x));
+            self.step_end();
+        }
+        B::sync(&self.device).expect("sync");
+        start.elapsed()
     }
-    let _ = losses.last().unwrap().clone().into_scalar();
-    B::sync(&device).expect("sync");
-    losses.clear();
 
-    // Two explained steps: the first aligns the graph boundaries on the step (`explain` closes
-    // the pending graph on entry and exit), the second is the warm one reported.
-    let mut report = None;
-    for _ in 0..2 {
-        let ((m, loss), r) = explain(|| train_step(model, &mut optim, &xa));
-        model = m;
-        losses.push(loss);
-        report = Some(r);
+    fn train_once(&mut self) {
+        let model = self
+            .train_model
+            .take()
+            .expect("model present between steps");
+        let (model, loss) = train_step(model, &mut self.optim, &self.xa);
+        self.train_model = Some(model);
+        self.last_loss = Some(loss);
     }
-    let report = report.unwrap();
-    if report.graph_count > 0 {
-        println!("[{label}] explain of one warm training step:");
-        print_summary(&report);
-    }
-    let _ = losses.last().unwrap().clone().into_scalar();
-    losses.clear();
 
-    let start = Instant::now();
-    for _ in 0..sizes.iters {
-        let (m, loss) = train_step(model, &mut optim, &xa);
-        model = m;
-        losses.push(loss);
-        step_end();
+    /// Runs `n` training steps; returns the time until the device finished them.
+    fn train(&mut self, n: usize) -> Duration {
+        let start = Instant::now();
+        for _ in 0..n {
+            self.train_once();
+            self.step_end();
+        }
+        B::sync(&self.device).expect("sync");
+        start.elapsed()
     }
-    let last_loss: f64 = losses.last().unwrap().clone().into_scalar().elem();
-    B::sync(&device).expect("sync");
-    let train_ms = ms_per_iter(start.elapsed(), sizes.iters);
 
-    RunResult {
-        infer_ms,
-        train_ms,
-        output,
-        last_loss,
+    /// Explains one warm training step (after one step that aligns the graph boundaries on
+    /// the step: `explain` closes the pending graph on entry and exit).
+    fn explain_step(&mut self) -> Explanation {
+        let _ = explain(|| self.train_once());
+        explain(|| self.train_once()).1
+    }
+
+    fn last_loss(&self) -> f64 {
+        let loss = self.last_loss.clone().expect("trained");
+        loss.into_scalar().elem()
     }
 }
 
-/// A short explain report: counts, ops, and the distinct break reasons (no op listings).
+/// Median of per-round times, in ms per iteration.
+fn median_ms(mut rounds: Vec<Duration>, iters: usize) -> f64 {
+    rounds.sort();
+    ms_per_iter(rounds[rounds.len() / 2], iters)
+}
+
 fn print_summary(report: &Explanation) {
     let ops: usize = report.ops_per_graph.iter().sum();
     let compile: Duration = report.compile_times.iter().sum();
@@ -462,10 +468,35 @@ fn main() -> ExitCode {
     };
     let input = input_data([sizes.batch, sizes.seq, sizes.d_model], 42);
 
-    let eager = run::<Eager>("eager", &sizes, &weights, &input);
+    let mut eager = Workload::<Eager>::new(&sizes, &weights, &input);
     let before = metrics();
-    let compiled = run::<Comp>("compiled", &sizes, &weights, &input);
+    let mut compiled = Workload::<Comp>::new(&sizes, &weights, &input);
+
+    // Warm-up (autotune, kernel compilation, first graphs and plans), then one explained
+    // training step of each (only the compiled one has graphs to report).
+    let warmup = sizes.warmup.max(1);
+    eager.infer(warmup);
+    compiled.infer(warmup);
+    eager.train(warmup);
+    compiled.train(warmup);
+    let _ = eager.explain_step();
+    let report = compiled.explain_step();
+    println!("[compiled] explain of one warm training step:");
+    print_summary(&report);
+
+    // Timed rounds, alternating eager and compiled; each figure is the median over rounds.
+    let rounds = sizes.rounds.min(sizes.iters);
+    let per_round = sizes.iters.div_ceil(rounds);
+    let (mut ei, mut ci, mut et, mut ct) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        ei.push(eager.infer(per_round));
+        ci.push(compiled.infer(per_round));
+        et.push(eager.train(per_round));
+        ct.push(compiled.train(per_round));
+    }
     let delta = metrics().since(&before);
+    let eager_result = (median_ms(ei, per_round), median_ms(et, per_round));
+    let compiled_result = (median_ms(ci, per_round), median_ms(ct, per_round));
 
     let diff = max_abs_diff(&eager.output, &compiled.output);
     let ok = diff <= TOLERANCE;
@@ -473,20 +504,23 @@ fn main() -> ExitCode {
         "correctness: inference output max |compiled - eager| = {diff:.3e} (tolerance {TOLERANCE:e}): {}",
         if ok { "OK" } else { "FAILED" }
     );
-    let loss_diff = (eager.last_loss - compiled.last_loss).abs();
+    let (eager_loss, compiled_loss) = (eager.last_loss(), compiled.last_loss());
+    let loss_diff = (eager_loss - compiled_loss).abs();
     println!(
-        "training: last loss eager {:.6}, compiled {:.6} (|diff| {loss_diff:.3e})",
-        eager.last_loss, compiled.last_loss
+        "training: last loss eager {eager_loss:.6}, compiled {compiled_loss:.6} (|diff| {loss_diff:.3e}, same number of steps)"
     );
 
     println!();
+    println!(
+        "median of {rounds} alternating rounds of {per_round} iteration(s) each, ms per iteration:"
+    );
     println!(
         "{:<22} {:>12} {:>14} {:>20}",
         "phase", "eager ms", "compiled ms", "ratio eager/compiled"
     );
     for (phase, e, c) in [
-        ("inference (forward)", eager.infer_ms, compiled.infer_ms),
-        ("train step", eager.train_ms, compiled.train_ms),
+        ("inference (forward)", eager_result.0, compiled_result.0),
+        ("train step", eager_result.1, compiled_result.1),
     ] {
         println!("{phase:<22} {e:>12.3} {c:>14.3} {:>20.3}", e / c);
     }

@@ -28,6 +28,10 @@ pub struct CompileConfig {
     /// graphs (`BURN_COMPILE_DIAGNOSTICS`). Costs a backtrace per break; `explain` and
     /// `fullgraph` turn it on for their region.
     pub diagnostics: bool,
+    /// Run closed graphs on the device's execution thread while the program records the next
+    /// one, like a GPU stream; reads, syncs and eager ops wait for it. `false` runs each graph
+    /// on the thread that closed it (`BURN_COMPILE_ASYNC`).
+    pub async_execution: bool,
 }
 
 impl Default for CompileConfig {
@@ -38,6 +42,7 @@ impl Default for CompileConfig {
             detect_period: true,
             dead_code_elimination: true,
             diagnostics: false,
+            async_execution: true,
         }
     }
 }
@@ -110,6 +115,9 @@ impl CompileConfig {
         if let Some((k, v)) = get("BURN_COMPILE_DIAGNOSTICS") {
             self.diagnostics = parse_bool(&k, &v)?;
         }
+        if let Some((k, v)) = get("BURN_COMPILE_ASYNC") {
+            self.async_execution = parse_bool(&k, &v)?;
+        }
         Ok(self)
     }
 
@@ -175,10 +183,12 @@ mod tests {
             .with_overrides(env(&[
                 ("BURN_COMPILE_MAX_GRAPH_OPS", "64"),
                 ("BURN_COMPILE_DEAD_CODE", "off"),
+                ("BURN_COMPILE_ASYNC", "0"),
             ]))
             .unwrap();
         assert_eq!(config.max_graph_ops, 64);
         assert!(!config.dead_code_elimination);
+        assert!(!config.async_execution);
         assert!(config.enabled);
 
         let err = CompileConfig::default()

@@ -28,44 +28,11 @@ use std::sync::{Mutex, MutexGuard};
 type Out = Vec<TensorData>;
 
 // ---------------------------------------------------------------------------------------------
-// Inputs: seeded SplitMix64, fresh values per case, identical on both sides.
+// Inputs: tests/support (seeded SplitMix64, identical data on both sides).
 // ---------------------------------------------------------------------------------------------
 
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0xA24B_AED4_963E_E407) ^ 0x9E37_79B9_7F4A_7C15)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
-
-fn float_data(shape: &[usize], seed: u64, lo: f32, hi: f32) -> TensorData {
-    let mut rng = Rng::new(seed);
-    let n = shape.iter().product();
-    let values: Vec<f32> = (0..n).map(|_| lo + (hi - lo) * rng.unit()).collect();
-    TensorData::new(values, shape.to_vec())
-}
-
-fn int_data(shape: &[usize], seed: u64, lo: i64, hi: i64) -> TensorData {
-    let mut rng = Rng::new(seed);
-    let n = shape.iter().product();
-    let values: Vec<i64> = (0..n)
-        .map(|_| lo + (rng.next_u64() % (hi - lo) as u64) as i64)
-        .collect();
-    TensorData::new(values, shape.to_vec())
-}
+mod support;
+use support::{float_data, int_data};
 
 /// A leaf that requires grad, uniform in `[lo, hi)`.
 fn param<B: AutodiffBackend, const D: usize>(
@@ -178,9 +145,7 @@ gradient_tests!(flex: Autodiff<Compiled<Flex>>, Autodiff<Flex>; [
     nn_cross_entropy_loss,
     conv2d_relu_mean,
     pooling_and_indexing,
-    #[ignore = "bug: gelu backward differs (see gelu_gradient): Autodiff<Compiled<Flex>> uses burn-backend's default ActivationOps::gelu_backward (derivative of the tanh approximation), Autodiff<Flex> uses Flex's exact erf derivative; x gradient [2, 5, 8] off by up to 5e-4 relative (0.011253804 vs 0.0112502305)"]
     attention_and_layer_norm,
-    #[ignore = "bug: Compiled<B> does not forward ActivationOps to B (burn-router 0.21 implements ActivationOps for BackendRouter with the trait defaults), so Autodiff<Compiled<Flex>> computes gelu_backward with burn-backend's default, the derivative of the *tanh approximation* of GELU, while Autodiff<Flex> uses Flex's exact erf derivative: x gradient [5, 8], 35 of 40 entries off, e.g. -0.067232534 compiled vs -0.0666524 eager (5.8e-4 absolute, 8.6e-3 relative); forward gelu is identical"]
     gelu_gradient,
     activation_gradients,
     elementwise_chain,

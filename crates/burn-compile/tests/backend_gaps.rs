@@ -12,19 +12,8 @@ use burn_flex::Flex;
 
 type C = Compiled<Flex>;
 
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+mod support;
+use support::values;
 
 fn data(shape: [usize; 2], seed: u64) -> TensorData {
     TensorData::new(values(shape[0] * shape[1], seed), shape)

@@ -7,21 +7,11 @@ use burn_flex::Flex;
 
 type C = Compiled<Flex>;
 
+mod support;
+
+/// Fresh values per test in `[-1, 1)`, reproducible per seed.
 fn data(shape: [usize; 2], seed: u64) -> TensorData {
-    // Fresh values per test, reproducible per seed.
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let n = shape[0] * shape[1];
-    let values: Vec<f32> = (0..n)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
-        })
-        .collect();
-    TensorData::new(values, shape)
+    TensorData::new(support::values(shape[0] * shape[1], seed), shape)
 }
 
 fn step<B: burn::tensor::backend::Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>) -> Tensor<B, 2> {
@@ -85,6 +75,25 @@ fn host_read_is_a_break_with_the_user_location() {
     let s: f32 = xs.iter().sum::<f32>() * 2.0;
     let expected: f32 = xs.iter().map(|v| v + s).sum();
     assert!((total - expected).abs() < 1e-3, "{total} vs {expected}");
+}
+
+#[test]
+fn an_activation_is_one_op_run_by_the_inner_backend() {
+    let device = Default::default();
+    let x = Tensor::<C, 2>::from_data(data([3, 5], 5), &device);
+    let (out, report) = explain(|| burn::tensor::activation::softmax(x.clone(), 1).into_data());
+    let text = report.to_string();
+    assert!(
+        text.contains("Custom.burn_compile.softmax(dim=1)"),
+        "softmax should be recorded whole:\n{text}"
+    );
+    assert_eq!(report.ops_per_graph.iter().sum::<usize>(), 1, "{report}");
+    let eager = burn::tensor::activation::softmax(
+        Tensor::<Flex, 2>::from_data(data([3, 5], 5), &device),
+        1,
+    );
+    // The same kernel as eager: bit-identical.
+    out.assert_eq(&eager.into_data(), true);
 }
 
 #[test]

@@ -31,68 +31,11 @@ use std::sync::{Mutex, MutexGuard};
 type Out = Vec<TensorData>;
 
 // ---------------------------------------------------------------------------------------------
-// Inputs: a tiny seeded PRNG (SplitMix64), so every case gets fresh but reproducible values and
-// both sides of a comparison see exactly the same data.
+// Inputs: tests/support (seeded SplitMix64, identical data on both sides).
 // ---------------------------------------------------------------------------------------------
 
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0xA24B_AED4_963E_E407) ^ 0x9E37_79B9_7F4A_7C15)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
-
-fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
-}
-
-fn float_data(shape: &[usize], seed: u64, lo: f32, hi: f32) -> TensorData {
-    let mut rng = Rng::new(seed);
-    let values: Vec<f32> = (0..numel(shape))
-        .map(|_| lo + (hi - lo) * rng.unit())
-        .collect();
-    TensorData::new(values, shape.to_vec())
-}
-
-/// Multiples of 0.5 in `[-2, 2]`: float data with many ties, so equality-based ops are not
-/// trivially all-false.
-fn stepped_data(shape: &[usize], seed: u64) -> TensorData {
-    let mut rng = Rng::new(seed);
-    let values: Vec<f32> = (0..numel(shape))
-        .map(|_| (rng.next_u64() % 9) as f32 * 0.5 - 2.0)
-        .collect();
-    TensorData::new(values, shape.to_vec())
-}
-
-/// Integers in `[lo, hi)`.
-fn int_data(shape: &[usize], seed: u64, lo: i64, hi: i64) -> TensorData {
-    let mut rng = Rng::new(seed);
-    let span = (hi - lo) as u64;
-    let values: Vec<i64> = (0..numel(shape))
-        .map(|_| lo + (rng.next_u64() % span) as i64)
-        .collect();
-    TensorData::new(values, shape.to_vec())
-}
-
-fn bool_data(shape: &[usize], seed: u64) -> TensorData {
-    let mut rng = Rng::new(seed);
-    let values: Vec<bool> = (0..numel(shape)).map(|_| rng.next_u64() & 1 == 1).collect();
-    TensorData::new(values, shape.to_vec())
-}
+mod support;
+use support::{bool_data, float_data, int_data, stepped_data};
 
 /// Floats uniform in `[-1, 1)`.
 fn fl<B: Backend, const D: usize>(dev: &B::Device, shape: [usize; D], seed: u64) -> Tensor<B, D> {
@@ -346,7 +289,6 @@ differential!(flex_only: Compiled<Flex>, Flex; [
     cast_float_f16,
     cast_float_bf16,
     empty_matmul,
-    #[ignore = "bug: Compiled<B> never calls B's fused ActivationOps kernels (burn-router 0.21 implements ActivationOps for BackendRouter with the trait defaults, so softmax/gelu/relu/sigmoid are decomposed into primitive ops): a bf16 softmax on Compiled<Flex> is 0.2734375 where Flex's fused kernel gives 0.27148438 (1 bf16 ULP), f16 0.17749023 vs 0.17736816; within the half tolerance, but not the same kernels as eager"]
     half_softmax_is_the_backend_kernel,
 ]);
 

@@ -3,10 +3,12 @@
 //!
 //! Everything here is backend-free so that it can be tested, hashed and printed without a device.
 
+mod activation;
 mod key;
 mod listing;
 mod segment;
 
+pub use activation::{Activation, CUSTOM_PREFIX, is_own_custom};
 pub use key::{GraphKey, KeyWriter, OpShape};
 pub use listing::{op_listing, op_name};
 pub use segment::Segment;

@@ -6,11 +6,15 @@ use burn_ir::{OperationIr, TensorIr, TensorStatus};
 use rustc_hash::FxHashMap;
 use std::fmt::Write;
 
-/// Short name of an operation, such as `NumericFloat.Add`, `Float.Exp` or `Drop`.
+/// Short name of an operation, such as `NumericFloat.Add`, `Float.Exp`, `Drop` or
+/// `Custom.burn_compile.softmax(dim=3)`.
 ///
 /// Taken from the `Debug` form: the category variant and the operation variant are the first two
 /// identifiers that open a tuple (`NumericFloat(F32, Add(BinaryOpIr {…`).
 pub fn op_name(op: &OperationIr) -> String {
+    if let OperationIr::Custom(custom) = op {
+        return format!("Custom.{}", custom.id);
+    }
     let text = format!("{op:?}");
     let bytes = text.as_bytes();
     let mut names = Vec::with_capacity(2);

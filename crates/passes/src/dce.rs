@@ -4,11 +4,13 @@
 //! the segment (each output is dropped, or consumed in place, inside it). Operations with effects
 //! beyond their outputs are never dead: random draws (skipping one would shift the generator
 //! and change every later draw compared with eager), `Init` (the upload already happened) and
-//! custom operations (unknown effects).
+//! custom operations of others (unknown effects). burn-compile's own custom operations (captured
+//! activations) are pure.
 //!
 //! A dead operation may have consumed inputs in place (`ReadWrite`, their last use): eager Burn
 //! frees them there, so the plan must release them instead of running the operation.
 
+use burn_compile_graph::is_own_custom;
 use burn_ir::{FloatOperationIr, NumericOperationIr, OperationIr, TensorStatus};
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -33,11 +35,10 @@ fn has_effects(op: &OperationIr) -> bool {
     matches!(
         op,
         OperationIr::Init(_)
-            | OperationIr::Custom(_)
             | OperationIr::Float(_, FloatOperationIr::Random(_))
             | OperationIr::NumericInt(_, NumericOperationIr::IntRandom(_))
             | OperationIr::NumericFloat(_, NumericOperationIr::IntRandom(_))
-    )
+    ) || (matches!(op, OperationIr::Custom(_)) && !is_own_custom(op))
 }
 
 /// Finds the dead operations of a segment.

@@ -92,3 +92,24 @@ fn random_draws_are_never_dead() {
     let ops = vec![random, drop_op(5)];
     assert_eq!(dead_code(&ops).dead, vec![false, false]);
 }
+
+fn custom(id: &str, input: TensorIr, out: u64) -> OperationIr {
+    OperationIr::Custom(burn_ir::CustomOpIr {
+        id: id.to_string(),
+        inputs: vec![input],
+        outputs: vec![t(out, NotInit)],
+    })
+}
+
+#[test]
+fn captured_activations_are_pure_so_unused_ones_die() {
+    let softmax = burn_compile_graph::Activation::Softmax { dim: 1 }.op_id();
+    let ops = vec![custom(&softmax, t(1, ReadOnly), 2), drop_op(2)];
+    assert_eq!(dead_code(&ops).dead, vec![true, true]);
+}
+
+#[test]
+fn foreign_custom_ops_are_never_dead() {
+    let ops = vec![custom("someone_else.op", t(1, ReadOnly), 2), drop_op(2)];
+    assert_eq!(dead_code(&ops).dead, vec![false, false]);
+}

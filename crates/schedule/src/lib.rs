@@ -5,22 +5,34 @@
 //! will become further [`Step`] kinds. A plan refers to operations by position, never by tensor
 //! id, so one plan serves every segment with the same key.
 
+use burn_compile_graph::Activation;
 use burn_compile_passes::{Liveness, dead_code};
 use burn_ir::OperationIr;
 use serde::{Deserialize, Serialize};
 
 /// One step of a plan.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Step {
     /// Run operation `op` of the segment on the inner backend.
     Eager { op: u32 },
+    /// Operation `op` is a captured activation: run the inner backend's own kernel for it.
+    Activation { op: u32, kind: Activation },
     /// Operation `op` is dead: free the inputs it would have consumed in place (positions in
     /// `op.inputs()` order).
     Release { op: u32, inputs: Vec<u8> },
 }
 
+impl Step {
+    /// Position of the operation the step is about.
+    pub fn op(&self) -> u32 {
+        match self {
+            Step::Eager { op } | Step::Activation { op, .. } | Step::Release { op, .. } => *op,
+        }
+    }
+}
+
 /// What a cached graph replays.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// Steps in program order.
     pub steps: Vec<Step>,
@@ -35,8 +47,16 @@ impl Plan {
     pub fn launches(&self) -> usize {
         self.steps
             .iter()
-            .filter(|s| matches!(s, Step::Eager { .. }))
+            .filter(|s| matches!(s, Step::Eager { .. } | Step::Activation { .. }))
             .count()
+    }
+}
+
+/// The step that runs live operation `op` (position `i`).
+fn step(op: &OperationIr, i: u32) -> Step {
+    match Activation::of(op) {
+        Some(kind) => Step::Activation { op: i, kind },
+        None => Step::Eager { op: i },
     }
 }
 
@@ -47,7 +67,7 @@ pub fn schedule(ops: &[OperationIr]) -> Plan {
     let mut steps = Vec::with_capacity(ops.len());
     for (i, is_dead) in dead.iter().enumerate() {
         if !is_dead {
-            steps.push(Step::Eager { op: i as u32 });
+            steps.push(step(&ops[i], i as u32));
         } else if releases.peek().is_some_and(|(op, _)| *op as usize == i) {
             let (op, inputs) = releases.next().expect("peeked");
             steps.push(Step::Release { op, inputs });
@@ -63,7 +83,11 @@ pub fn schedule(ops: &[OperationIr]) -> Plan {
 /// The plan that runs every recorded operation (dead-code elimination off).
 pub fn schedule_all(ops: &[OperationIr]) -> Plan {
     Plan {
-        steps: (0..ops.len() as u32).map(|op| Step::Eager { op }).collect(),
+        steps: ops
+            .iter()
+            .zip(0..ops.len() as u32)
+            .map(|(op, i)| step(op, i))
+            .collect(),
         ops: ops.len() as u32,
         dead: 0,
     }

@@ -11,7 +11,7 @@ use super::breaks::{BreakReason, GraphBreak, user_location};
 use super::period::PeriodDetector;
 use crate::config::{CompileConfig, config_for};
 use crate::diagnostics;
-use crate::runtime::PlanCache;
+use crate::runtime::{Executor, PlanCache};
 use crate::stance::{Stance, stance};
 use burn_backend::{DType, DeviceOps, ExecutionError, Shape, TensorData};
 use burn_compile_graph::Segment;
@@ -59,7 +59,7 @@ struct State {
 }
 
 pub(crate) struct Shared<B: BackendIr> {
-    runner: Runner<B>,
+    executor: Executor<B>,
     device: B::Device,
     state: Mutex<State>,
 }
@@ -96,7 +96,7 @@ impl<B: BackendIr> CompileClient<B> {
         let config_generation = crate::config::generation();
         let config = config_for(device.id());
         let shared = Arc::new(Shared {
-            runner: Runner::new(device.clone()),
+            executor: Executor::new(Runner::new(device.clone())),
             device,
             state: Mutex::new(State {
                 streams: FxHashMap::default(),
@@ -111,9 +111,11 @@ impl<B: BackendIr> CompileClient<B> {
         Self { shared }
     }
 
-    /// The inner backend's runner (tensor handles of this device).
+    /// The inner backend's runner (tensor handles of this device), once the graphs submitted
+    /// so far have run.
     pub fn runner(&self) -> &Runner<B> {
-        &self.shared.runner
+        self.shared.executor.wait();
+        self.shared.executor.runner()
     }
 
     /// Closes every pending graph of this device (`reason`), then runs `f` eagerly with the
@@ -129,7 +131,8 @@ impl<B: BackendIr> CompileClient<B> {
         diagnostics::COUNTERS
             .eager_ops
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f(&self.shared.runner)
+        self.shared.executor.wait();
+        f(self.shared.executor.runner())
     }
 
     /// Takes the error waiting for this thread, if any.
@@ -207,7 +210,8 @@ impl<B: BackendIr> Shared<B> {
             diagnostics::COUNTERS
                 .eager_ops
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.runner.register_op(op);
+            self.executor.wait();
+            self.executor.runner().register_op(op);
             return;
         }
 
@@ -380,9 +384,13 @@ impl<B: BackendIr> Shared<B> {
             }
         }
         let diagnostics_on = diagnostics::wanted(config.diagnostics);
-        let mut outcome = cache.run(&self.runner, key, ops, config, diagnostics_on);
-        stream.segment.recycle(std::mem::take(&mut outcome.spent));
-        if outcome.record.cache_hit {
+        let (plan, mut record) = cache.plan(key, &ops, config, diagnostics_on);
+        self.executor
+            .submit(ops, plan, thread, config.async_execution);
+        if let Some(spent) = self.executor.take_spent() {
+            stream.segment.recycle(spent);
+        }
+        if record.cache_hit {
             stream.period.hit();
         } else {
             stream.period.miss();
@@ -390,13 +398,12 @@ impl<B: BackendIr> Shared<B> {
                 let message = format!(
                     "burn-compile: graph {key} ({} ops) had to be compiled under the \
                      fail-on-recompile stance (it ended with: {brk}); it ran correctly, eagerly",
-                    outcome.record.ops
+                    record.ops
                 );
                 tracing::error!(target: "burn_compile::recompiles", "{message}");
                 stream.pending_error.get_or_insert(message);
             }
         }
-        let mut record = outcome.record;
         record.ended_by = brk;
         record.region_end = region_end;
         diagnostics::report(record, own_thread);
@@ -480,7 +487,8 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
             return Box::pin(async move { Err(err) });
         }
         drop(state);
-        self.shared.runner.read_tensor_async(tensor)
+        self.shared.executor.wait();
+        self.shared.executor.runner().read_tensor_async(tensor)
     }
 
     fn sync(&self) -> Result<(), ExecutionError> {
@@ -494,16 +502,21 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
             return Err(err);
         }
         drop(state);
-        self.shared.runner.sync()
+        self.shared.executor.wait();
+        self.shared.executor.runner().sync()
     }
 
     fn create_empty_handle(&self) -> TensorId {
-        self.shared.runner.create_empty_handle()
+        self.shared.executor.runner().create_empty_handle()
     }
 
     fn register_tensor_data(&self, data: TensorData) -> RouterTensor<Self> {
         // An upload is an input of the graph, not a break: the new tensor has a fresh id.
-        let desc = self.shared.runner.register_tensor_data_desc(data);
+        let desc = self
+            .shared
+            .executor
+            .runner()
+            .register_tensor_data_desc(data);
         RouterTensor::new(desc.id, desc.shape, desc.dtype, self.clone())
     }
 
@@ -518,11 +531,13 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
         self.shared
             .flush_current(&mut state, BreakReason::Seed, None, false);
         drop(state);
-        self.shared.runner.seed(seed);
+        // Random draws already submitted must use the generator before the new seed.
+        self.shared.executor.wait();
+        self.shared.executor.runner().seed(seed);
     }
 
     fn dtype_usage(&self, dtype: DType) -> burn_backend::DTypeUsageSet {
-        self.shared.runner.dtype_usage(dtype)
+        self.shared.executor.runner().dtype_usage(dtype)
     }
 }
 
@@ -592,7 +607,8 @@ impl<B: BackendIr> RunnerChannel for CompileChannel<B> {
     ) -> RouterTensor<Self::Client> {
         client
             .shared
-            .runner
+            .executor
+            .runner()
             .register_tensor(handle, shape, dtype, client.clone())
     }
 }

@@ -33,57 +33,48 @@ pub(crate) struct PlanCache {
     plans: FxHashMap<(GraphKey, PlanConfig), Arc<Plan>>,
 }
 
-pub(crate) struct Outcome {
-    pub record: GraphRecord,
-    /// The graph's op vector, emptied, for the next graph to record into.
-    pub spent: Vec<OperationIr>,
-}
-
 impl PlanCache {
-    /// Finds or builds the plan of a closed graph and runs it.
-    pub fn run<B: BackendIr>(
+    /// Finds or builds the plan of a closed graph; the record describes the graph for
+    /// diagnostics (its break is filled in by the caller).
+    pub fn plan(
         &mut self,
-        runner: &Runner<B>,
         key: GraphKey,
-        ops: Vec<OperationIr>,
+        ops: &[OperationIr],
         config: &CompileConfig,
         diagnostics: bool,
-    ) -> Outcome {
+    ) -> (Arc<Plan>, GraphRecord) {
         let cache_key = (key, PlanConfig::from(config));
         let (plan, cache_hit, compile_time) = match self.plans.get(&cache_key) {
             Some(plan) => (plan.clone(), true, Duration::ZERO),
             None => {
                 let start = Instant::now();
                 let plan = Arc::new(if config.dead_code_elimination {
-                    schedule(&ops)
+                    schedule(ops)
                 } else {
-                    schedule_all(&ops)
+                    schedule_all(ops)
                 });
                 let elapsed = start.elapsed();
                 self.plans.insert(cache_key, plan.clone());
                 (plan, false, elapsed)
             }
         };
-        let listing = diagnostics.then(|| op_listing(&ops));
-        let spent = execute(runner, ops, &plan);
-        Outcome {
-            spent,
-            record: GraphRecord {
-                key,
-                ops: plan.ops as usize,
-                launches: plan.launches(),
-                dead: plan.dead as usize,
-                cache_hit,
-                compile_time,
-                ended_by: GraphBreak {
-                    reason: BreakReason::MarkStep,
-                    detail: None,
-                    location: None,
-                },
-                region_end: false,
-                listing,
+        let listing = diagnostics.then(|| op_listing(ops));
+        let record = GraphRecord {
+            key,
+            ops: plan.ops as usize,
+            launches: plan.launches(),
+            dead: plan.dead as usize,
+            cache_hit,
+            compile_time,
+            ended_by: GraphBreak {
+                reason: BreakReason::MarkStep,
+                detail: None,
+                location: None,
             },
-        }
+            region_end: false,
+            listing,
+        };
+        (plan, record)
     }
 
     /// Number of plans held.
@@ -94,23 +85,24 @@ impl PlanCache {
 }
 
 /// Replays a plan over the recorded ops of one graph; returns the emptied vector.
-fn execute<B: BackendIr>(
+///
+/// Steps are in program order, so one pass over the ops pairs each with its step; an op without
+/// a step is dead and is dropped unexecuted. Operations are large (hundreds of bytes): each is
+/// moved once, out of the vector into the step that runs it.
+pub(crate) fn execute<B: BackendIr>(
     runner: &Runner<B>,
     mut ops: Vec<OperationIr>,
     plan: &Plan,
 ) -> Vec<OperationIr> {
-    let mut recorded = ops.drain(..).enumerate();
-    let mut take = |index: u32| {
-        recorded
-            .find(|(i, _)| *i == index as usize)
-            .map(|(_, op)| op)
-            .expect("plan steps follow program order")
-    };
-    for step in &plan.steps {
+    let mut steps = plan.steps.iter().peekable();
+    for (i, op) in ops.drain(..).enumerate() {
+        let Some(step) = steps.next_if(|s| s.op() as usize == i) else {
+            continue;
+        };
         match step {
-            Step::Eager { op } => runner.register_op(take(*op)),
-            Step::Release { op, inputs } => {
-                let op = take(*op);
+            Step::Eager { .. } => runner.register_op(op),
+            Step::Activation { kind, .. } => super::activation::run(runner, op, *kind),
+            Step::Release { inputs, .. } => {
                 for (pos, input) in op.inputs().enumerate() {
                     if inputs.contains(&(pos as u8)) {
                         runner.register_op(OperationIr::Drop(input.clone()));
@@ -119,6 +111,6 @@ fn execute<B: BackendIr>(
             }
         }
     }
-    drop(recorded);
+    debug_assert!(steps.next().is_none(), "a plan step past the graph's ops");
     ops
 }

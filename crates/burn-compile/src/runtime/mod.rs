@@ -1,5 +1,8 @@
-//! Runtime: cached plans, replayed on the inner backend.
+//! Runtime: cached plans, replayed on the inner backend by the device's executor.
 
+mod activation;
 mod cache;
+mod executor;
 
-pub(crate) use cache::PlanCache;
+pub(crate) use cache::{PlanCache, execute};
+pub(crate) use executor::Executor;

@@ -1,0 +1,170 @@
+//! Plan execution, on a worker thread of the device.
+//!
+//! A closed graph does not need to run before the user's program goes on: nothing observes its
+//! results until a read, a sync or an eager op. So, like a GPU stream, the capture hands each
+//! closed graph to the device's worker and returns at once; recording the next graph on the
+//! user's thread overlaps with executing this one. Graphs run one at a time, in the order they
+//! were closed, so the inner backend sees exactly eager Burn's op order.
+//!
+//! Whoever touches the inner backend directly (a read, a sync, a seed, an eager op) first waits
+//! for the worker to be idle ([`Executor::wait`]). A panic of the inner backend during a graph is
+//! caught on the worker and raised again, with its original payload, at the next wait of the
+//! thread that recorded the graph (the thread where eager Burn would have panicked); that
+//! thread's later graphs are dropped unexecuted until then (their inputs may not exist). Other
+//! threads' graphs go on.
+//!
+//! With `CompileConfig::async_execution` off, graphs run on the calling thread instead.
+
+use super::execute;
+use burn_compile_schedule::Plan;
+use burn_ir::{BackendIr, OperationIr};
+use burn_router::Runner;
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+struct Job {
+    ops: Vec<OperationIr>,
+    plan: Arc<Plan>,
+    /// The thread that recorded the graph.
+    owner: ThreadId,
+}
+
+#[derive(Default)]
+struct Progress {
+    /// Graphs submitted and not yet finished (or dropped).
+    pending: usize,
+    /// Panics of the inner backend, each waiting to be raised on the thread that recorded the
+    /// graph.
+    panics: Vec<(ThreadId, Box<dyn Any + Send>)>,
+    /// Emptied op vectors, handed back to the recorder (ops are large; regrowing costs copies).
+    spent: Vec<Vec<OperationIr>>,
+}
+
+struct Shared {
+    progress: Mutex<Progress>,
+    idle: Condvar,
+}
+
+fn lock(mutex: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Executes the plans of one device.
+pub(crate) struct Executor<B: BackendIr> {
+    runner: Runner<B>,
+    shared: Arc<Shared>,
+    /// The worker's queue, started at the first asynchronous graph.
+    queue: Mutex<Option<Sender<Job>>>,
+}
+
+impl<B: BackendIr> Executor<B> {
+    pub fn new(runner: Runner<B>) -> Self {
+        Self {
+            runner,
+            shared: Arc::new(Shared {
+                progress: Mutex::new(Progress::default()),
+                idle: Condvar::new(),
+            }),
+            queue: Mutex::new(None),
+        }
+    }
+
+    /// Runs `plan` over `ops`, recorded by thread `owner`: queued to the worker when
+    /// `asynchronous`, else now (after the queued graphs).
+    pub fn submit(
+        &self,
+        ops: Vec<OperationIr>,
+        plan: Arc<Plan>,
+        owner: ThreadId,
+        asynchronous: bool,
+    ) {
+        if !asynchronous {
+            self.wait();
+            let spent = execute(&self.runner, ops, &plan);
+            lock(&self.shared.progress).spent.push(spent);
+            return;
+        }
+        lock(&self.shared.progress).pending += 1;
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let sender = queue.get_or_insert_with(|| self.start_worker());
+        if let Err(job) = sender.send(Job { ops, plan, owner }) {
+            // The worker is gone (it cannot exit while the sender lives; defensive): run here.
+            *queue = None;
+            drop(queue);
+            lock(&self.shared.progress).pending -= 1;
+            let job = job.0;
+            execute(&self.runner, job.ops, &job.plan);
+        }
+    }
+
+    fn start_worker(&self) -> Sender<Job> {
+        let (sender, receiver) = channel::<Job>();
+        let runner = self.runner.clone();
+        let shared = self.shared.clone();
+        std::thread::Builder::new()
+            .name("burn-compile-exec".into())
+            .spawn(move || {
+                for job in receiver {
+                    let failed = lock(&shared.progress)
+                        .panics
+                        .iter()
+                        .any(|(t, _)| *t == job.owner);
+                    let result = if failed {
+                        // An earlier graph of this thread panicked: its outputs do not exist.
+                        Ok(None)
+                    } else {
+                        catch_unwind(AssertUnwindSafe(|| {
+                            Some(execute(&runner, job.ops, &job.plan))
+                        }))
+                    };
+                    let mut progress = lock(&shared.progress);
+                    match result {
+                        Ok(Some(spent)) if progress.spent.len() < 4 => progress.spent.push(spent),
+                        Ok(_) => {}
+                        Err(payload) => progress.panics.push((job.owner, payload)),
+                    }
+                    progress.pending -= 1;
+                    if progress.pending == 0 {
+                        shared.idle.notify_all();
+                    }
+                }
+            })
+            .expect("burn-compile: cannot start the execution thread");
+        sender
+    }
+
+    /// Waits until every submitted graph has run; raises here the panic of a graph that this
+    /// thread recorded, if one panicked.
+    pub fn wait(&self) {
+        let mut progress = lock(&self.shared.progress);
+        while progress.pending > 0 {
+            progress = self
+                .shared
+                .idle
+                .wait(progress)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        if progress.panics.is_empty() {
+            return;
+        }
+        let me = std::thread::current().id();
+        if let Some(i) = progress.panics.iter().position(|(t, _)| *t == me) {
+            let (_, payload) = progress.panics.swap_remove(i);
+            drop(progress);
+            resume_unwind(payload);
+        }
+    }
+
+    /// An emptied op vector to record the next graph into, if one came back.
+    pub fn take_spent(&self) -> Option<Vec<OperationIr>> {
+        lock(&self.shared.progress).spent.pop()
+    }
+
+    /// The inner backend's runner. Call [`Executor::wait`] before using it.
+    pub fn runner(&self) -> &Runner<B> {
+        &self.runner
+    }
+}

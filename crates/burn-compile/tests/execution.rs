@@ -1,0 +1,64 @@
+//! Graphs run on the device's execution thread (asynchronous execution, the default): results,
+//! and seeds must be exactly those of eager Burn. (Panics: tests/inner_panic.rs.)
+
+use burn::tensor::{Distribution, Tensor, TensorData};
+use burn_compile::Compiled;
+use burn_flex::Flex;
+
+type C = Compiled<Flex>;
+
+mod support;
+use support::values;
+
+#[test]
+fn graphs_of_two_threads_interleave_on_the_worker_correctly() {
+    let device = Default::default();
+    let run = |seed: u64| {
+        let x = Tensor::<C, 2>::from_data(
+            TensorData::new(values(64, seed), [8, 8]),
+            &Default::default(),
+        );
+        let mut y = x.clone();
+        for i in 0..40 {
+            y = y.matmul(x.clone()).tanh();
+            if i % 10 == 9 {
+                burn_compile::mark_step();
+            }
+        }
+        y.into_data()
+    };
+    let other = std::thread::spawn(move || run(4));
+    let mine = run(3);
+    let theirs = other.join().unwrap();
+    let eager = |seed: u64| {
+        let x = Tensor::<Flex, 2>::from_data(TensorData::new(values(64, seed), [8, 8]), &device);
+        let mut y = x.clone();
+        for _ in 0..40 {
+            y = y.matmul(x.clone()).tanh();
+        }
+        y.into_data()
+    };
+    mine.assert_eq(&eager(3), true);
+    theirs.assert_eq(&eager(4), true);
+}
+
+#[test]
+fn a_seed_waits_for_the_draws_queued_before_it() {
+    let device = Default::default();
+    let draw = |seeded: &dyn Fn(u64)| -> Vec<TensorData> {
+        seeded(11);
+        let a = Tensor::<C, 2>::random([16, 16], Distribution::Default, &device);
+        let a = (a * 3.0).exp(); // queued, not yet run, when the seed below arrives
+        seeded(12);
+        let b = Tensor::<C, 2>::random([16, 16], Distribution::Default, &device);
+        vec![a.into_data(), b.into_data()]
+    };
+    let compiled = draw(&|s| <C as burn::tensor::backend::Backend>::seed(&device, s));
+
+    <Flex as burn::tensor::backend::Backend>::seed(&device, 11);
+    let a = (Tensor::<Flex, 2>::random([16, 16], Distribution::Default, &device) * 3.0).exp();
+    <Flex as burn::tensor::backend::Backend>::seed(&device, 12);
+    let b = Tensor::<Flex, 2>::random([16, 16], Distribution::Default, &device);
+    compiled[0].assert_eq(&a.into_data(), true);
+    compiled[1].assert_eq(&b.into_data(), true);
+}

@@ -1,0 +1,39 @@
+//! A panic of the inner backend inside a graph reaches the user with eager Burn's message, at
+//! the next read of the thread that recorded the graph (graphs run on the device's execution
+//! thread). Own test binary: after such a panic burn-router's runner lock is poisoned, so the
+//! device cannot be used again in this process (see README, "Known limitations").
+
+use burn::tensor::{Int, Tensor, TensorData};
+use burn_compile::Compiled;
+use burn_flex::Flex;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+fn message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "<non-string panic>".into())
+}
+
+/// Selects rows with an out-of-range index: the Tensor API cannot check index values, so the
+/// inner backend panics while the op runs.
+fn bad_select<B: burn::tensor::backend::Backend>() -> Tensor<B, 2> {
+    let device = Default::default();
+    let x = Tensor::<B, 2>::from_data(TensorData::new(vec![0.5f32; 12], [4, 3]), &device);
+    let index = Tensor::<B, 1, Int>::from_data(TensorData::new(vec![1i64, 9], [2]), &device);
+    x.select(0, index) * 2.0
+}
+
+#[test]
+fn an_inner_backend_panic_is_raised_at_the_read_with_eagers_message() {
+    let eager = catch_unwind(AssertUnwindSafe(|| bad_select::<Flex>().into_data()));
+    let eager = message(eager.expect_err("eager Flex panics on an out-of-range index"));
+
+    // Recording does not run the op: no panic yet.
+    let pending = bad_select::<Compiled<Flex>>();
+    burn_compile::mark_step(); // the graph goes to the execution thread and fails there
+    let compiled = catch_unwind(AssertUnwindSafe(|| pending.into_data()));
+    let compiled = message(compiled.expect_err("the read raises the graph's panic"));
+    assert_eq!(compiled, eager);
+}

@@ -1,0 +1,72 @@
+//! Test inputs shared by the test binaries: a tiny seeded PRNG (SplitMix64), so every case gets
+//! fresh but reproducible values and both sides of a differential comparison see exactly the
+//! same data. (Each binary uses a part: unused items are expected.)
+#![allow(dead_code)]
+
+use burn::tensor::TensorData;
+
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0xA24B_AED4_963E_E407) ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// `n` floats uniform in `[-1, 1)`.
+pub fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect()
+}
+
+/// Floats uniform in `[lo, hi)`.
+pub fn float_data(shape: &[usize], seed: u64, lo: f32, hi: f32) -> TensorData {
+    let mut rng = Rng::new(seed);
+    let values: Vec<f32> = (0..numel(shape))
+        .map(|_| lo + (hi - lo) * rng.unit())
+        .collect();
+    TensorData::new(values, shape.to_vec())
+}
+
+/// Multiples of 0.5 in `[-2, 2]`: float data with many ties, so equality-based ops are not
+/// trivially all-false.
+pub fn stepped_data(shape: &[usize], seed: u64) -> TensorData {
+    let mut rng = Rng::new(seed);
+    let values: Vec<f32> = (0..numel(shape))
+        .map(|_| (rng.next_u64() % 9) as f32 * 0.5 - 2.0)
+        .collect();
+    TensorData::new(values, shape.to_vec())
+}
+
+/// Integers in `[lo, hi)`.
+pub fn int_data(shape: &[usize], seed: u64, lo: i64, hi: i64) -> TensorData {
+    let mut rng = Rng::new(seed);
+    let span = (hi - lo) as u64;
+    let values: Vec<i64> = (0..numel(shape))
+        .map(|_| lo + (rng.next_u64() % span) as i64)
+        .collect();
+    TensorData::new(values, shape.to_vec())
+}
+
+pub fn bool_data(shape: &[usize], seed: u64) -> TensorData {
+    let mut rng = Rng::new(seed);
+    let values: Vec<bool> = (0..numel(shape)).map(|_| rng.next_u64() & 1 == 1).collect();
+    TensorData::new(values, shape.to_vec())
+}
