@@ -42,8 +42,13 @@ pub use burn_compile_graph::GraphKey;
 pub use backend::Compiled;
 
 /// `Compiled<Wgpu>`: raw CubeBackend on wgpu.
-#[cfg(feature = "wgpu")]
+#[cfg(all(feature = "wgpu", not(feature = "wgpu-fusion")))]
 pub type Wgpu = burn_wgpu::Wgpu<f32, i32, u32>;
+
+/// `Compiled<WgpuFusion>`: Burn's `Fusion<CubeBackend>` on wgpu as the inner backend (feature
+/// `wgpu-fusion`, its own build). Correct, but slower than the raw backend: both queue ops.
+#[cfg(feature = "wgpu-fusion")]
+pub type WgpuFusion = burn_wgpu::Wgpu<f32, i32, u32>;
 
 /// `Compiled<Cuda>`: raw CubeBackend on CUDA.
 #[cfg(feature = "cuda")]

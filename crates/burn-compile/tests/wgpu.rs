@@ -3,42 +3,20 @@
 //!
 //! Without a Vulkan adapter these tests fail when `CI=true` and elsewhere say loudly that they
 //! were skipped and how to enable them. Shapes are small and kernels few: lavapipe is slow.
-#![cfg(feature = "wgpu")]
+#![cfg(all(feature = "wgpu", not(feature = "wgpu-fusion")))]
 
 use burn::backend::Autodiff;
 use burn::tensor::{Tensor, TensorData, Tolerance, activation::softmax, backend::Backend};
 use burn_compile::{BreakReason, Compiled, Wgpu, explain};
+use burn_wgpu::WgpuDevice;
 use std::io::Write;
 
 type C = Compiled<Wgpu>;
 
-/// True when a wgpu adapter runs a kernel. Without one: panics under CI, warns loudly elsewhere.
+mod support;
+
 fn adapter_available() -> bool {
-    let probe = std::panic::catch_unwind(|| {
-        let device = Default::default();
-        Tensor::<Wgpu, 1>::from_floats([1.0, 2.0], &device)
-            .sum()
-            .into_scalar()
-    });
-    match probe {
-        Ok(v) if (v - 3.0).abs() < 1e-6 => true,
-        outcome => {
-            let why = match outcome {
-                Ok(v) => format!("the probe kernel returned {v}, not 3"),
-                Err(_) => "no wgpu adapter could be created".to_string(),
-            };
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("wgpu tests are mandatory under CI=true, but {why}");
-            }
-            // Written to stderr directly, past the test harness's capture, so it is seen.
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n*** SKIPPED: Compiled<Wgpu> tests: {why}. Install a Vulkan driver \
-                 (apt-get install -y mesa-vulkan-drivers gives a CPU one) to run them. ***\n"
-            );
-            false
-        }
-    }
+    support::wgpu::adapter_available::<Wgpu>("Compiled<Wgpu>")
 }
 
 fn data(shape: [usize; 2], seed: u32) -> TensorData {
@@ -141,4 +119,49 @@ fn wgpu_int_bool_and_indexing_match_eager() {
     let (ei, ey) = case::<Wgpu>(x, &device);
     ci.assert_eq(&ei, true);
     cy.assert_approx_eq::<f32>(&ey, tol());
+}
+
+#[test]
+fn wgpu_device_transfer_is_a_break_and_moves_the_data() {
+    if !adapter_available() {
+        return;
+    }
+    // Two Burn devices: the default adapter and the CPU-type adapter. On lavapipe (CI) both are
+    // the same Vulkan driver, still two separate devices and clients.
+    let (from, to) = (WgpuDevice::DefaultDevice, WgpuDevice::Cpu);
+    let probe = std::panic::catch_unwind(|| {
+        Tensor::<Wgpu, 1>::from_floats([1.0, 2.0], &WgpuDevice::Cpu)
+            .sum()
+            .into_scalar()
+    });
+    if probe.is_err() {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "under CI=true lavapipe provides the CPU-type adapter this test needs"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n*** SKIPPED: wgpu_device_transfer: no CPU-type wgpu adapter (lavapipe) here. ***\n"
+        );
+        return;
+    }
+    let x = data([4, 4], 7);
+    let (moved, report) = explain(|| {
+        let t = Tensor::<C, 2>::from_data(x.clone(), &from) * 2.0;
+        (t.to_device(&to) + 1.0).into_data()
+    });
+    assert!(
+        report
+            .break_reasons
+            .iter()
+            .any(|b| b.reason == BreakReason::DeviceTransfer),
+        "{report}"
+    );
+    let expected: Vec<f32> = x
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v * 2.0 + 1.0)
+        .collect();
+    moved.assert_approx_eq::<f32>(&TensorData::new(expected, [4, 4]), tol());
 }

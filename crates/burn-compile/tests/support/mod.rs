@@ -5,6 +5,9 @@
 
 use burn::tensor::TensorData;
 
+#[cfg(any(feature = "wgpu", feature = "wgpu-fusion"))]
+pub mod wgpu;
+
 pub struct Rng(u64);
 
 impl Rng {
