@@ -7,8 +7,8 @@
 #![cfg(feature = "wgpu-fusion")]
 
 use burn::backend::Autodiff;
-use burn::tensor::{Tensor, TensorData, Tolerance, activation::softmax, backend::Backend};
-use burn_compile::{BreakReason, Compiled, WgpuFusion, explain};
+use burn::tensor::TensorData;
+use burn_compile::{Compiled, WgpuFusion};
 
 mod support;
 
@@ -22,62 +22,13 @@ fn data(shape: [usize; 2], seed: u64) -> TensorData {
     TensorData::new(support::values(shape[0] * shape[1], seed), shape)
 }
 
-// f32 GPU kernels (Burn's fusion may reorder elementwise work): 1e-4 relative, 1e-5 absolute.
-fn tol() -> Tolerance<f32> {
-    Tolerance::relative(1e-4).set_half_precision_absolute(1e-5)
-}
-
-fn layer<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>, b: Tensor<B, 2>) -> Tensor<B, 2> {
-    let h = (x.matmul(w) + b).tanh();
-    softmax(h.clone() * 2.0, 1) + h.exp().mean_dim(1)
-}
-
 #[test]
 fn fusion_inner_forward_and_gradients_match_eager_fusion() {
     if !adapter_available() {
         return;
     }
-    let device = Default::default();
     let (x, w, b) = (data([8, 16], 1), data([16, 16], 2), data([1, 16], 3));
-    let run = || {
-        layer(
-            Tensor::<C, 2>::from_data(x.clone(), &device),
-            Tensor::<C, 2>::from_data(w.clone(), &device),
-            Tensor::<C, 2>::from_data(b.clone(), &device),
-        )
-        .into_data()
-    };
-    let (cold, first) = explain(run);
-    let (warm, second) = explain(run);
-    assert_eq!(first.break_reasons[0].reason, BreakReason::HostRead);
-    assert_eq!(second.cache_misses, 0, "{second}");
-    let eager = layer(
-        Tensor::<WgpuFusion, 2>::from_data(x.clone(), &device),
-        Tensor::<WgpuFusion, 2>::from_data(w.clone(), &device),
-        Tensor::<WgpuFusion, 2>::from_data(b.clone(), &device),
-    )
-    .into_data();
-    cold.assert_approx_eq::<f32>(&eager, tol());
-    warm.assert_approx_eq::<f32>(&eager, tol());
-
-    fn grads<B: burn::tensor::backend::AutodiffBackend>(
-        x: TensorData,
-        w: TensorData,
-        device: &B::Device,
-    ) -> (TensorData, TensorData) {
-        let x = Tensor::<B, 2>::from_data(x, device).require_grad();
-        let w = Tensor::<B, 2>::from_data(w, device).require_grad();
-        let loss = (x.clone().matmul(w.clone()).tanh() * 3.0)
-            .powi_scalar(2)
-            .mean();
-        let g = loss.backward();
-        (
-            x.grad(&g).unwrap().into_data(),
-            w.grad(&g).unwrap().into_data(),
-        )
-    }
-    let (gx, gw) = grads::<Autodiff<C>>(x.clone(), w.clone(), &device);
-    let (ex, ew) = grads::<Autodiff<WgpuFusion>>(x, w, &device);
-    gx.assert_approx_eq::<f32>(&ex, tol());
-    gw.assert_approx_eq::<f32>(&ew, tol());
+    support::wgpu::check_forward::<C, WgpuFusion>(x, w, b);
+    let (x, w) = (data([4, 8], 4), data([8, 8], 5));
+    support::wgpu::check_gradients::<Autodiff<C>, Autodiff<WgpuFusion>>(x, w);
 }

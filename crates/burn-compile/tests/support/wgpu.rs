@@ -32,3 +32,59 @@ pub fn adapter_available<B: Backend>(tests: &str) -> bool {
         }
     }
 }
+
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{TensorData, Tolerance, activation::softmax};
+use burn_compile::{BreakReason, explain};
+
+/// f32 on GPU kernels: reductions and exp reorder sums, so 1e-4 relative / 1e-5 absolute.
+pub fn tol() -> Tolerance<f32> {
+    Tolerance::relative(1e-4).set_half_precision_absolute(1e-5)
+}
+
+fn layer<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>, b: Tensor<B, 2>) -> Tensor<B, 2> {
+    let h = (x.matmul(w) + b).tanh();
+    softmax(h.clone() * 2.0, 1) + h.exp().mean_dim(1)
+}
+
+/// A small layer (matmul, bias, tanh, softmax, mean) on the compiled backend `C`, twice (the
+/// second run must come from the plan cache), against the eager backend `E`.
+pub fn check_forward<C: Backend, E: Backend<Device = C::Device>>(
+    x: TensorData,
+    w: TensorData,
+    b: TensorData,
+) {
+    let device = Default::default();
+    let on = |x: &TensorData| Tensor::<C, 2>::from_data(x.clone(), &device);
+    let run = || layer(on(&x), on(&w), on(&b)).into_data();
+    let (cold, first) = explain(run);
+    let (warm, second) = explain(run);
+    assert_eq!(second.cache_misses, 0, "{second}");
+    assert_eq!(first.break_reasons[0].reason, BreakReason::HostRead);
+    let eager_on = |x: &TensorData| Tensor::<E, 2>::from_data(x.clone(), &device);
+    let eager = layer(eager_on(&x), eager_on(&w), eager_on(&b)).into_data();
+    cold.assert_approx_eq::<f32>(&eager, tol());
+    warm.assert_approx_eq::<f32>(&eager, tol());
+}
+
+fn grads<B: AutodiffBackend>(x: TensorData, w: TensorData) -> (TensorData, TensorData) {
+    let device = Default::default();
+    let x = Tensor::<B, 2>::from_data(x, &device).require_grad();
+    let w = Tensor::<B, 2>::from_data(w, &device).require_grad();
+    let loss = (x.clone().matmul(w.clone()).tanh() * 3.0)
+        .powi_scalar(2)
+        .mean();
+    let g = loss.backward();
+    (
+        x.grad(&g).unwrap().into_data(),
+        w.grad(&g).unwrap().into_data(),
+    )
+}
+
+/// Gradients of a matmul-tanh-square loss on `Autodiff<compiled>` against `Autodiff<eager>`.
+pub fn check_gradients<C: AutodiffBackend, E: AutodiffBackend>(x: TensorData, w: TensorData) {
+    let (gx, gw) = grads::<C>(x.clone(), w.clone());
+    let (ex, ew) = grads::<E>(x, w);
+    gx.assert_approx_eq::<f32>(&ex, tol());
+    gw.assert_approx_eq::<f32>(&ew, tol());
+}
