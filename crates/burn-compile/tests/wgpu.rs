@@ -7,7 +7,7 @@
 
 use burn::backend::Autodiff;
 use burn::tensor::{Tensor, TensorData, backend::Backend};
-use burn_compile::{BreakReason, Compiled, Wgpu, explain};
+use burn_compile::{Compiled, Wgpu};
 
 type C = Compiled<Wgpu>;
 
