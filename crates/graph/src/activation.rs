@@ -12,7 +12,7 @@ use burn_ir::{CustomOpIr, OperationIr};
 use serde::{Deserialize, Serialize};
 
 /// Prefix of the custom-op ids that burn-compile records.
-pub const CUSTOM_PREFIX: &str = "burn_compile.";
+const CUSTOM_PREFIX: &str = "burn_compile.";
 
 /// An activation function of Burn's `ActivationOps`, with its parameters.
 ///
@@ -157,9 +157,4 @@ impl Activation {
             _ => None,
         }
     }
-}
-
-/// Whether `op` is a custom op recorded by burn-compile (pure: its only effect is its output).
-pub fn is_own_custom(op: &OperationIr) -> bool {
-    matches!(op, OperationIr::Custom(c) if c.id.starts_with(CUSTOM_PREFIX))
 }

@@ -8,7 +8,7 @@ mod key;
 mod listing;
 mod segment;
 
-pub use activation::{Activation, CUSTOM_PREFIX, is_own_custom};
+pub use activation::Activation;
 pub use key::{GraphKey, KeyWriter, OpShape};
 pub use listing::{op_listing, op_name};
 pub use segment::Segment;

@@ -4,13 +4,13 @@
 //! the segment (each output is dropped, or consumed in place, inside it). Operations with effects
 //! beyond their outputs are never dead: random draws (skipping one would shift the generator
 //! and change every later draw compared with eager), `Init` (the upload already happened) and
-//! custom operations of others (unknown effects). burn-compile's own custom operations (captured
-//! activations) are pure.
+//! custom operations other than captured activations (unknown effects; an [`Activation`] is
+//! pure, and the same test decides whether the plan runs it as one).
 //!
 //! A dead operation may have consumed inputs in place (`ReadWrite`, their last use): eager Burn
 //! frees them there, so the plan must release them instead of running the operation.
 
-use burn_compile_graph::is_own_custom;
+use burn_compile_graph::Activation;
 use burn_ir::{FloatOperationIr, NumericOperationIr, OperationIr, TensorStatus};
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -38,7 +38,7 @@ fn has_effects(op: &OperationIr) -> bool {
             | OperationIr::Float(_, FloatOperationIr::Random(_))
             | OperationIr::NumericInt(_, NumericOperationIr::IntRandom(_))
             | OperationIr::NumericFloat(_, NumericOperationIr::IntRandom(_))
-    ) || (matches!(op, OperationIr::Custom(_)) && !is_own_custom(op))
+    ) || (matches!(op, OperationIr::Custom(_)) && Activation::of(op).is_none())
 }
 
 /// Finds the dead operations of a segment.

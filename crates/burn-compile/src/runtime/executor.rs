@@ -90,14 +90,10 @@ impl<B: BackendIr> Executor<B> {
         lock(&self.shared.progress).pending += 1;
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let sender = queue.get_or_insert_with(|| self.start_worker());
-        if let Err(job) = sender.send(Job { ops, plan, owner }) {
-            // The worker is gone (it cannot exit while the sender lives; defensive): run here.
-            *queue = None;
-            drop(queue);
-            lock(&self.shared.progress).pending -= 1;
-            let job = job.0;
-            execute(&self.runner, job.ops, &job.plan);
-        }
+        // The worker catches every panic of a graph, so it lives as long as its queue.
+        sender
+            .send(Job { ops, plan, owner })
+            .expect("burn-compile: the execution thread is gone");
     }
 
     fn start_worker(&self) -> Sender<Job> {
