@@ -120,54 +120,27 @@ fn check<C: AutodiffBackend, E: AutodiffBackend>(
     );
 }
 
+/// The gradient cases every backend pair runs.
 macro_rules! gradient_tests {
-    ($module:ident: $compiled:ty, $eager:ty; [$($(#[$attr:meta])* $case:ident),* $(,)?]) => {
-        mod $module {
-            use super::*;
-            $(
-                #[test]
-                $(#[$attr])*
-                fn $case() {
-                    check::<$compiled, $eager>(
-                        concat!(stringify!($module), "::", stringify!($case)),
-                        super::$case::<$compiled>,
-                        super::$case::<$eager>,
-                    );
-                }
-            )*
-        }
+    ($pair:ident: $compiled:ty, $eager:ty) => {
+        support::pair_tests!($pair: $compiled, $eager; [
+            matmul_tanh_sum,
+            softmax_cross_entropy,
+            nn_cross_entropy_loss,
+            conv2d_relu_mean,
+            pooling_and_indexing,
+            attention_and_layer_norm,
+            gelu_gradient,
+            activation_gradients,
+            elementwise_chain,
+            host_read_before_backward,
+            two_backward_passes,
+        ]);
     };
 }
 
-gradient_tests!(flex: Autodiff<Compiled<Flex>>, Autodiff<Flex>; [
-    matmul_tanh_sum,
-    softmax_cross_entropy,
-    nn_cross_entropy_loss,
-    conv2d_relu_mean,
-    pooling_and_indexing,
-    attention_and_layer_norm,
-    gelu_gradient,
-    activation_gradients,
-    elementwise_chain,
-    host_read_before_backward,
-    two_backward_passes,
-]);
-
-// NdArray does not override the activation kernels either, so eager and compiled use the same
-// (default) gelu backward and the gelu cases are expected to pass here.
-gradient_tests!(ndarray: Autodiff<Compiled<NdArray>>, Autodiff<NdArray>; [
-    matmul_tanh_sum,
-    softmax_cross_entropy,
-    nn_cross_entropy_loss,
-    conv2d_relu_mean,
-    pooling_and_indexing,
-    attention_and_layer_norm,
-    gelu_gradient,
-    activation_gradients,
-    elementwise_chain,
-    host_read_before_backward,
-    two_backward_passes,
-]);
+gradient_tests!(flex: Autodiff<Compiled<Flex>>, Autodiff<Flex>);
+gradient_tests!(ndarray: Autodiff<Compiled<NdArray>>, Autodiff<NdArray>);
 
 // ---------------------------------------------------------------------------------------------
 // Composite functions: loss and gradients of every leaf.

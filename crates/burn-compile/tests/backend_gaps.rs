@@ -13,11 +13,8 @@ use burn_flex::Flex;
 type C = Compiled<Flex>;
 
 mod support;
-use support::values;
 
-fn data(shape: [usize; 2], seed: u64) -> TensorData {
-    TensorData::new(values(shape[0] * shape[1], seed), shape)
-}
+use support::matrix as data;
 
 fn scheme() -> QuantScheme {
     QuantScheme::default()

@@ -1,7 +1,7 @@
 //! Capture semantics on `Compiled<Flex>`: breaks, explain, cache hits, dead code, strict mode.
 //! Every value is compared with eager `Flex` on the same inputs.
 
-use burn::tensor::{Distribution, Tensor, TensorData, Tolerance};
+use burn::tensor::{Distribution, Tensor, Tolerance};
 use burn_compile::{BreakReason, Compiled, explain, fullgraph, mark_step};
 use burn_flex::Flex;
 
@@ -9,10 +9,7 @@ type C = Compiled<Flex>;
 
 mod support;
 
-/// Fresh values per test in `[-1, 1)`, reproducible per seed.
-fn data(shape: [usize; 2], seed: u64) -> TensorData {
-    TensorData::new(support::values(shape[0] * shape[1], seed), shape)
-}
+use support::matrix as data;
 
 fn step<B: burn::tensor::backend::Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>) -> Tensor<B, 2> {
     let h = x.matmul(w.clone()).tanh();

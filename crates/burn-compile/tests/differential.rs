@@ -2,7 +2,7 @@
 //!
 //! Every case is a plain Burn function generic over `B: Backend` that builds its inputs from
 //! seeded pseudo-random data (fresh values, nothing hard-coded) and returns its outputs as
-//! `TensorData`. The `differential!` macro turns each case into one `#[test]` per backend pair
+//! `TensorData`. The `support::pair_tests!` macro turns each case into one `#[test]` per backend pair
 //! (`flex::case` runs `Compiled<Flex>` vs `Flex`, `ndarray::case` runs `Compiled<NdArray>` vs
 //! `NdArray`). The compiled side runs twice: the first run compiles its graphs, the second replays
 //! the cached plans; both must match eager.
@@ -167,30 +167,10 @@ fn check<C: Backend, E: Backend>(
     compare::<C>(case, "second compiled run (cached plans)", &second, &want);
 }
 
-/// One test per case for a backend pair, in a module named after the pair.
-macro_rules! differential {
-    ($module:ident: $compiled:ty, $eager:ty; [$($(#[$attr:meta])* $case:ident),* $(,)?]) => {
-        mod $module {
-            use super::*;
-            $(
-                #[test]
-                $(#[$attr])*
-                fn $case() {
-                    check::<$compiled, $eager>(
-                        concat!(stringify!($module), "::", stringify!($case)),
-                        super::$case::<$compiled>,
-                        super::$case::<$eager>,
-                    );
-                }
-            )*
-        }
-    };
-}
-
 /// The cases every backend pair runs; `$pair!` receives the list.
 macro_rules! all_cases {
     ($pair:ident: $compiled:ty, $eager:ty) => {
-        differential!($pair: $compiled, $eager; [
+        support::pair_tests!($pair: $compiled, $eager; [
             // arithmetic
             float_binary,
             float_broadcast_binary,
@@ -285,7 +265,7 @@ all_cases!(ndarray: Compiled<NdArray>, NdArray);
 // - `empty_matmul`: eager NdArray 0.21 itself panics on a zero-size matmul ("attempt to divide
 //   by zero" in burn-ndarray-0.21.0/src/ops/matmul.rs:25), so there is no eager result to
 //   compare with.
-differential!(flex_only: Compiled<Flex>, Flex; [
+support::pair_tests!(flex_only: Compiled<Flex>, Flex; [
     cast_float_f16,
     cast_float_bf16,
     empty_matmul,

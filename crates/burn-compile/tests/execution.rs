@@ -8,16 +8,13 @@ use burn_flex::Flex;
 type C = Compiled<Flex>;
 
 mod support;
-use support::values;
+use support::matrix;
 
 #[test]
 fn graphs_of_two_threads_interleave_on_the_worker_correctly() {
     let device = Default::default();
     let run = |seed: u64| {
-        let x = Tensor::<C, 2>::from_data(
-            TensorData::new(values(64, seed), [8, 8]),
-            &Default::default(),
-        );
+        let x = Tensor::<C, 2>::from_data(matrix([8, 8], seed), &Default::default());
         let mut y = x.clone();
         for i in 0..40 {
             y = y.matmul(x.clone()).tanh();
@@ -31,7 +28,7 @@ fn graphs_of_two_threads_interleave_on_the_worker_correctly() {
     let mine = run(3);
     let theirs = other.join().unwrap();
     let eager = |seed: u64| {
-        let x = Tensor::<Flex, 2>::from_data(TensorData::new(values(64, seed), [8, 8]), &device);
+        let x = Tensor::<Flex, 2>::from_data(matrix([8, 8], seed), &device);
         let mut y = x.clone();
         for _ in 0..40 {
             y = y.matmul(x.clone()).tanh();

@@ -17,9 +17,7 @@ fn adapter_available() -> bool {
     support::wgpu::adapter_available::<Wgpu>("Compiled<Wgpu>")
 }
 
-fn data(shape: [usize; 2], seed: u64) -> TensorData {
-    TensorData::new(support::values(shape[0] * shape[1], seed), shape)
-}
+use support::matrix as data;
 
 #[test]
 fn wgpu_forward_matches_eager_and_replays_from_cache() {

@@ -18,9 +18,7 @@ fn adapter_available() -> bool {
     support::wgpu::adapter_available::<WgpuFusion>("Compiled<WgpuFusion>")
 }
 
-fn data(shape: [usize; 2], seed: u64) -> TensorData {
-    TensorData::new(support::values(shape[0] * shape[1], seed), shape)
-}
+use support::matrix as data;
 
 #[test]
 fn fusion_inner_forward_and_gradients_match_eager_fusion() {

@@ -8,6 +8,30 @@ use burn::tensor::TensorData;
 #[cfg(any(feature = "wgpu", feature = "wgpu-fusion"))]
 pub mod wgpu;
 
+/// One `#[test]` per case for a backend pair, in a module named after the pair: each calls the
+/// binary's own `check::<compiled, eager>(name, case::<compiled>, case::<eager>)`.
+#[allow(unused_macros)]
+macro_rules! pair_tests {
+    ($module:ident: $compiled:ty, $eager:ty; [$($(#[$attr:meta])* $case:ident),* $(,)?]) => {
+        mod $module {
+            use super::*;
+            $(
+                #[test]
+                $(#[$attr])*
+                fn $case() {
+                    check::<$compiled, $eager>(
+                        concat!(stringify!($module), "::", stringify!($case)),
+                        super::$case::<$compiled>,
+                        super::$case::<$eager>,
+                    );
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use pair_tests;
+
 pub struct Rng(u64);
 
 impl Rng {
@@ -37,6 +61,11 @@ pub fn numel(shape: &[usize]) -> usize {
 pub fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = Rng::new(seed);
     (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect()
+}
+
+/// A `[rows, cols]` matrix of floats uniform in `[-1, 1)`.
+pub fn matrix(shape: [usize; 2], seed: u64) -> TensorData {
+    TensorData::new(values(shape[0] * shape[1], seed), shape)
 }
 
 /// Floats uniform in `[lo, hi)`.
