@@ -479,6 +479,7 @@ fn main() -> ExitCode {
     compiled.infer(warmup);
     eager.train(warmup);
     compiled.train(warmup);
+    // Eager takes the same two steps, so both sides' losses stay comparable.
     let _ = eager.explain_step();
     let report = compiled.explain_step();
     println!("[compiled] explain of one warm training step:");
