@@ -7,7 +7,6 @@
 #![cfg(feature = "wgpu-fusion")]
 
 use burn::backend::Autodiff;
-use burn::tensor::TensorData;
 use burn_compile::{Compiled, WgpuFusion};
 
 mod support;
