@@ -233,6 +233,7 @@ macro_rules! all_cases {
             cast_float_f64,
             cast_int_dtypes,
             cast_int_to_int,
+            unsigned_ints,
             // random
             random_distributions,
             random_interleaved_with_drops_and_reseeds,
@@ -1339,6 +1340,25 @@ fn cast_int_to_int<B: Backend>(dev: &B::Device) -> Out {
         wide.clone().into_data(),
         (wide * 1000).into_data(),
         i.cast(IntDType::I16).into_data(),
+    ]
+}
+
+/// Unsigned ints: uploaded, cast to, computed on and read back in their own dtype.
+fn unsigned_ints<B: Backend>(dev: &B::Device) -> Out {
+    let u = Tensor::<B, 2, Int>::from_data(
+        TensorData::new(vec![0u32, 1, 7, 200, 65535, 3], [2, 3]),
+        (dev, DType::U32),
+    );
+    assert_eq!(u.dtype(), DType::U32);
+    let i = int::<B, 2>(dev, [3, 4], 191, 0, 100); // u8 + u8 must not overflow
+    let small = i.cast(IntDType::U8);
+    assert_eq!(small.dtype(), DType::U8);
+    vec![
+        u.clone().into_data(),
+        (u.clone() * 2 + 1).into_data(),
+        u.sum_dim(1).into_data(),
+        small.clone().into_data(),
+        (small.clone() + small).into_data(),
     ]
 }
 

@@ -1,7 +1,6 @@
 //! A panic of the inner backend inside a graph reaches the user with eager Burn's message, at
 //! the next read of the thread that recorded the graph (graphs run on the device's execution
-//! thread). Own test binary: after such a panic burn-router's runner lock is poisoned, so the
-//! device cannot be used again in this process (see README, "Known limitations").
+//! thread). The device and its other tensors stay usable after it.
 
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_compile::Compiled;
@@ -30,10 +29,23 @@ fn an_inner_backend_panic_is_raised_at_the_read_with_eagers_message() {
     let eager = catch_unwind(AssertUnwindSafe(|| bad_select::<Flex>().into_data()));
     let eager = message(eager.expect_err("eager Flex panics on an out-of-range index"));
 
+    // A tensor made before the failure, still pending in the same graph as the failing op.
+    let device = Default::default();
+    let kept = Tensor::<Compiled<Flex>, 1>::from_data([1.0f32, 2.0, 3.0], &device).exp();
     // Recording does not run the op: no panic yet.
     let pending = bad_select::<Compiled<Flex>>();
     burn_compile::mark_step(); // the graph goes to the execution thread and fails there
     let compiled = catch_unwind(AssertUnwindSafe(|| pending.into_data()));
     let compiled = message(compiled.expect_err("the read raises the graph's panic"));
     assert_eq!(compiled, eager);
+
+    // The device goes on: the tensor made before the failure is intact, new work runs.
+    let expected: Vec<f32> = [1.0f32, 2.0, 3.0].iter().map(|v| v.exp()).collect();
+    let kept_now = kept.clone().into_data().to_vec::<f32>().unwrap();
+    assert_eq!(kept_now, expected);
+    let more = (kept * 2.0).sum().into_scalar();
+    assert!(
+        (more - 2.0 * expected.iter().sum::<f32>()).abs() < 1e-4,
+        "{more}"
+    );
 }

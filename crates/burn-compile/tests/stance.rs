@@ -11,6 +11,12 @@ fn step(x: &Tensor<C, 2>) -> TensorData {
     ((x.clone() * 2.0).exp() + 1.0).sum_dim(1).into_data()
 }
 
+/// Activations are recorded as our own custom ops: they must also run with capture off.
+fn activations<B: burn::tensor::backend::Backend>(x: Tensor<B, 2>) -> TensorData {
+    use burn::tensor::activation::{gelu, relu, softmax};
+    (softmax(x.clone(), 1) + relu(x.clone() - 0.25) + gelu(x)).into_data()
+}
+
 #[test]
 fn stances_eager_and_fail_on_recompile() {
     let device = Default::default();
@@ -36,6 +42,11 @@ fn stances_eager_and_fail_on_recompile() {
     assert_eq!(report.graph_count, 0, "{report}");
     assert_eq!(delta.graphs, 0);
     assert!(delta.eager_ops >= 4, "{delta:?}");
+    let e = Tensor::<Flex, 2>::from_data(
+        TensorData::new(vec![0.1f32, 0.2, 0.3, 0.4], [2, 2]),
+        &device,
+    );
+    activations(x.clone()).assert_eq(&activations(e), true);
 
     // Default: the first run compiles, the second hits.
     set_stance(Stance::Default);

@@ -467,16 +467,11 @@ impl<B: BackendIr> IntTensorOps<Self> for Compiled<B> {
     }
 
     fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self> {
-        // burn-router records the cast, but its runner cannot execute an int -> int cast
-        // (`unreachable!`): run the inner backend's cast.
+        // A cast to its own dtype records nothing (no op to replay, nothing to free).
         if tensor.dtype() == DType::from(dtype) {
             return tensor;
         }
-        let client = tensor.client.clone();
-        let tensor = tensor.into_ir();
-        eager(&client, BreakReason::Unsupported, "int_cast", |inner| {
-            inner.register_int(B::int_cast(inner.int(&tensor), dtype))
-        })
+        Router::<B>::int_cast(tensor, dtype)
     }
 
     fn int_unfold(

@@ -22,12 +22,13 @@ mod transaction;
 
 use crate::capture::{BreakReason, CompileChannel, CompileClient};
 use crate::diagnostics;
+use crate::runtime::InnerDevice;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{
     Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, Shape, TensorData, TensorMetadata,
 };
 use burn_ir::{BackendIr, TensorHandle, TensorIr};
-use burn_router::{BackendRouter, RouterTensor, Runner, RunnerClient};
+use burn_router::{BackendRouter, RouterTensor, RunnerClient};
 use burn_std::future::DynFut;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
@@ -116,8 +117,8 @@ fn eager<B: BackendIr, T>(
     op: &str,
     f: impl FnOnce(&Eager<'_, B>) -> T,
 ) -> T {
-    client.run_eager(reason, Some(op.to_string()), |runner| {
-        f(&Eager { runner, client })
+    client.run_eager(reason, Some(op.to_string()), |inner| {
+        f(&Eager { inner, client })
     })
 }
 
@@ -136,7 +137,7 @@ fn eager_quantized<B: BackendIr, T>(
 
 /// Access to the inner backend's tensors during an eager op.
 struct Eager<'a, B: BackendIr> {
-    runner: &'a Runner<B>,
+    inner: &'a InnerDevice<B>,
     client: &'a CompileClient<B>,
 }
 
@@ -145,14 +146,14 @@ impl<'a, B: BackendIr> Eager<'a, B> {
     /// tensors, or within [`eager`]/[`eager_quantized`].
     fn new(client: &'a CompileClient<B>) -> Self {
         Self {
-            runner: client.runner(),
+            inner: client.inner(),
             client,
         }
     }
 
     fn handle(&self, tensor: &TensorIr) -> TensorHandle<B::Handle> {
         TensorHandle {
-            handle: self.runner.get_tensor_handle(tensor),
+            handle: self.inner.handle(tensor),
             shape: tensor.shape.clone(),
         }
     }
@@ -176,8 +177,7 @@ impl<'a, B: BackendIr> Eager<'a, B> {
 
     /// Registers an inner tensor (as a handle) as a new tensor of the device.
     fn register(&self, handle: B::Handle, shape: Shape, dtype: DType) -> Primitive<B> {
-        self.runner
-            .register_tensor(handle, shape, dtype, self.client.clone())
+        self.client.register_handle(handle, shape, dtype)
     }
 
     fn register_float(&self, tensor: FloatTensor<B>) -> Primitive<B> {

@@ -11,15 +11,16 @@ use super::breaks::{BreakReason, GraphBreak, user_location};
 use super::period::PeriodDetector;
 use crate::config::{CompileConfig, config_for};
 use crate::diagnostics;
-use crate::runtime::{Executor, PlanCache};
+use crate::runtime::{Executor, InnerDevice, PlanCache, execute_one};
 use crate::stance::{Stance, stance};
 use burn_backend::{DType, DeviceOps, ExecutionError, Shape, TensorData};
 use burn_compile_graph::Segment;
 use burn_ir::{BackendIr, OperationIr, TensorId, TensorIr};
-use burn_router::{RouterTensor, Runner, RunnerChannel, RunnerClient, TensorHandle};
+use burn_router::{RouterTensor, RunnerChannel, RunnerClient, TensorHandle};
 use burn_std::future::DynFut;
 use rustc_hash::FxHashMap;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
@@ -86,6 +87,16 @@ fn current_thread() -> ThreadId {
     THREAD.with(|t| *t)
 }
 
+/// Ids of the tensors of `Compiled<B>` devices.
+///
+/// One counter for all devices: an id names one tensor in the whole process, and taking one
+/// touches nothing that the execution thread holds.
+static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(0);
+
+fn new_tensor_id() -> TensorId {
+    TensorId::new(NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed))
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // An inner-backend panic while a graph ran must not make the device unusable.
     mutex.lock().unwrap_or_else(|e| e.into_inner())
@@ -96,7 +107,7 @@ impl<B: BackendIr> CompileClient<B> {
         let config_generation = crate::config::generation();
         let config = config_for(device.id());
         let shared = Arc::new(Shared {
-            executor: Executor::new(Runner::new(device.clone())),
+            executor: Executor::new(device.clone()),
             device,
             state: Mutex::new(State {
                 streams: FxHashMap::default(),
@@ -111,28 +122,40 @@ impl<B: BackendIr> CompileClient<B> {
         Self { shared }
     }
 
-    /// The inner backend's runner (tensor handles of this device), once the graphs submitted
-    /// so far have run.
-    pub fn runner(&self) -> &Runner<B> {
+    /// The inner backend's tensors of this device, once the graphs submitted so far have run.
+    pub(crate) fn inner(&self) -> &InnerDevice<B> {
         self.shared.executor.wait();
-        self.shared.executor.runner()
+        self.shared.executor.inner()
     }
 
-    /// Closes every pending graph of this device (`reason`), then runs `f` eagerly with the
-    /// inner backend's runner: the escape hatch for ops the capture cannot record.
-    pub fn run_eager<T>(
+    /// Closes every pending graph of this device (`reason`), then runs `f` eagerly on the
+    /// inner backend's tensors: the escape hatch for ops the capture cannot record.
+    pub(crate) fn run_eager<T>(
         &self,
         reason: BreakReason,
         detail: Option<String>,
-        f: impl FnOnce(&Runner<B>) -> T,
+        f: impl FnOnce(&InnerDevice<B>) -> T,
     ) -> T {
         let mut state = self.shared.lock_state();
         self.shared.flush_all(&mut state, reason, detail);
         diagnostics::COUNTERS
             .eager_ops
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(1, Ordering::Relaxed);
         self.shared.executor.wait();
-        f(self.shared.executor.runner())
+        f(self.shared.executor.inner())
+    }
+
+    /// Registers an inner tensor (a handle) as a new tensor of the device, with a fresh id: an
+    /// input of the graphs that use it, like an upload.
+    pub(crate) fn register_handle(
+        &self,
+        handle: B::Handle,
+        shape: Shape,
+        dtype: DType,
+    ) -> RouterTensor<Self> {
+        let id = new_tensor_id();
+        self.shared.executor.inner().register_handle(id, handle);
+        RouterTensor::new(id, shape, dtype, self.clone())
     }
 
     /// Takes the error waiting for this thread, if any.
@@ -191,7 +214,7 @@ impl<B: BackendIr> Shared<B> {
         let mut state = self.lock_state();
         diagnostics::COUNTERS
             .ops_recorded
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(1, Ordering::Relaxed);
         if !state.config.enabled || stance() == Stance::Eager {
             let thread = current_thread();
             if state
@@ -209,9 +232,9 @@ impl<B: BackendIr> Shared<B> {
             }
             diagnostics::COUNTERS
                 .eager_ops
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                .fetch_add(1, Ordering::Relaxed);
             self.executor.wait();
-            self.executor.runner().register_op(op);
+            execute_one(self.executor.inner(), op);
             return;
         }
 
@@ -488,7 +511,7 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
         }
         drop(state);
         self.shared.executor.wait();
-        self.shared.executor.runner().read_tensor_async(tensor)
+        self.shared.executor.inner().read(&tensor)
     }
 
     fn sync(&self) -> Result<(), ExecutionError> {
@@ -503,21 +526,19 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
         }
         drop(state);
         self.shared.executor.wait();
-        self.shared.executor.runner().sync()
+        self.shared.executor.inner().sync()
     }
 
     fn create_empty_handle(&self) -> TensorId {
-        self.shared.executor.runner().create_empty_handle()
+        new_tensor_id()
     }
 
     fn register_tensor_data(&self, data: TensorData) -> RouterTensor<Self> {
         // An upload is an input of the graph, not a break: the new tensor has a fresh id.
-        let desc = self
-            .shared
-            .executor
-            .runner()
-            .register_tensor_data_desc(data);
-        RouterTensor::new(desc.id, desc.shape, desc.dtype, self.clone())
+        let id = new_tensor_id();
+        let (shape, dtype) = (data.shape.clone(), data.dtype);
+        self.shared.executor.inner().register_data(id, data);
+        RouterTensor::new(id, shape, dtype, self.clone())
     }
 
     fn device(&self) -> Self::Device {
@@ -533,11 +554,11 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
         drop(state);
         // Random draws already submitted must use the generator before the new seed.
         self.shared.executor.wait();
-        self.shared.executor.runner().seed(seed);
+        self.shared.executor.inner().seed(seed);
     }
 
     fn dtype_usage(&self, dtype: DType) -> burn_backend::DTypeUsageSet {
-        self.shared.executor.runner().dtype_usage(dtype)
+        self.shared.executor.inner().dtype_usage(dtype)
     }
 }
 
@@ -594,8 +615,8 @@ impl<B: BackendIr> RunnerChannel for CompileChannel<B> {
     }
 
     fn get_tensor_handle(tensor: &TensorIr, client: &Self::Client) -> TensorHandle<Self::Bridge> {
-        client.run_eager(BreakReason::DeviceTransfer, None, |runner| {
-            runner.get_tensor_handle(tensor)
+        client.run_eager(BreakReason::DeviceTransfer, None, |inner| {
+            inner.handle(tensor)
         })
     }
 
@@ -605,10 +626,6 @@ impl<B: BackendIr> RunnerChannel for CompileChannel<B> {
         shape: Shape,
         dtype: DType,
     ) -> RouterTensor<Self::Client> {
-        client
-            .shared
-            .executor
-            .runner()
-            .register_tensor(handle, shape, dtype, client.clone())
+        client.register_handle(handle, shape, dtype)
     }
 }

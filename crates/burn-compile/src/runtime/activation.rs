@@ -1,20 +1,20 @@
 //! Captured activations run with the inner backend's own `ActivationOps` (its fused kernels
 //! where it has them, Burn's defaults where it has none): the same code eager Burn runs.
 
+use super::InnerDevice;
 use burn_backend::Scalar;
 use burn_compile_graph::Activation;
-use burn_ir::{BackendIr, BaseOperationIr, OperationIr, ShapeOpIr, TensorHandle, TensorIr};
-use burn_router::{Runner, RunnerClient};
+use burn_ir::{BackendIr, OperationIr, TensorHandle};
 
 /// Runs the activation recorded by `op` (a custom op accepted by [`Activation::of`]).
-pub(crate) fn run<B: BackendIr>(runner: &Runner<B>, op: OperationIr, kind: Activation) {
+pub(crate) fn run<B: BackendIr>(inner: &InnerDevice<B>, op: &OperationIr, kind: Activation) {
     let OperationIr::Custom(custom) = op else {
         unreachable!("the schedule makes activation steps of custom ops only")
     };
     // In input order: an input passed twice is ReadOnly first and ReadWrite (consumed) last.
     let mut inputs = custom.inputs.iter().map(|t| {
         B::float_tensor(TensorHandle {
-            handle: runner.get_tensor_handle(t),
+            handle: inner.handle(t),
             shape: t.shape.clone(),
         })
     });
@@ -39,23 +39,5 @@ pub(crate) fn run<B: BackendIr>(runner: &Runner<B>, op: OperationIr, kind: Activ
         Activation::LogSoftmax { dim } => B::log_softmax(next(), dim),
         Activation::Softmin { dim } => B::softmin(next(), dim),
     };
-    adopt(runner, &custom.outputs[0], B::float_tensor_handle(out));
-}
-
-/// Makes `handle` the inner tensor of `out`.
-///
-/// burn-router's `Runner` can register a handle only under a fresh id, so the handle is
-/// registered that way and moved to `out`'s id by a reshape to its own shape, which the runner
-/// executes as a view (no copy) and which consumes the fresh id.
-fn adopt<B: BackendIr>(runner: &Runner<B>, out: &TensorIr, handle: B::Handle) {
-    // `into_ir` of the only reference gives `ReadWrite` and registers no drop.
-    let fresh = runner
-        .register_tensor(handle, out.shape.clone(), out.dtype, runner.clone())
-        .into_ir();
-    runner.register_op(OperationIr::BaseFloat(BaseOperationIr::Reshape(
-        ShapeOpIr {
-            input: fresh,
-            out: out.clone(),
-        },
-    )));
+    inner.register_handle(custom.outputs[0].id, B::float_tensor_handle(out));
 }

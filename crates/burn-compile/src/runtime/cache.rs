@@ -3,13 +3,13 @@
 //! A compile is a memoized function of (graph key, plan-relevant config): the second time a
 //! graph comes back, the plan is found in O(1) and replayed with no graph work.
 
+use super::InnerDevice;
 use crate::capture::{BreakReason, GraphBreak};
 use crate::config::CompileConfig;
 use crate::diagnostics::GraphRecord;
-use burn_compile_graph::{GraphKey, op_listing};
+use burn_compile_graph::{Activation, GraphKey, op_listing};
 use burn_compile_schedule::{Plan, Step, schedule, schedule_all};
 use burn_ir::{BackendIr, OperationIr};
-use burn_router::{Runner, RunnerClient};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,31 +86,36 @@ impl PlanCache {
 
 /// Replays a plan over the recorded ops of one graph; returns the emptied vector.
 ///
-/// Steps are in program order, so one pass over the ops pairs each with its step; an op without
-/// a step is dead and is dropped unexecuted. Operations are large (hundreds of bytes): each is
-/// moved once, out of the vector into the step that runs it.
+/// Each step names its op by position; ops without a step are dead and are dropped unexecuted.
+/// Ops are read in place, never moved: they are large (616 bytes) and were written by the
+/// recording thread, so every byte copied here is a cache miss on the execution thread.
 pub(crate) fn execute<B: BackendIr>(
-    runner: &Runner<B>,
+    inner: &InnerDevice<B>,
     mut ops: Vec<OperationIr>,
     plan: &Plan,
 ) -> Vec<OperationIr> {
-    let mut steps = plan.steps.iter().peekable();
-    for (i, op) in ops.drain(..).enumerate() {
-        let Some(step) = steps.next_if(|s| s.op() as usize == i) else {
-            continue;
-        };
+    for step in &plan.steps {
+        let op = &ops[step.op() as usize];
         match step {
-            Step::Eager { .. } => runner.register_op(op),
-            Step::Activation { kind, .. } => super::activation::run(runner, op, *kind),
+            Step::Eager { .. } => inner.execute(op),
+            Step::Activation { kind, .. } => super::activation::run(inner, op, *kind),
             Step::Release { inputs, .. } => {
                 for (pos, input) in op.inputs().enumerate() {
                     if inputs.contains(&(pos as u8)) {
-                        runner.register_op(OperationIr::Drop(input.clone()));
+                        inner.release(input.id);
                     }
                 }
             }
         }
     }
-    debug_assert!(steps.next().is_none(), "a plan step past the graph's ops");
+    ops.clear();
     ops
+}
+
+/// Runs one op outside any plan (capture off).
+pub(crate) fn execute_one<B: BackendIr>(inner: &InnerDevice<B>, op: OperationIr) {
+    match Activation::of(&op) {
+        Some(kind) => super::activation::run(inner, &op, kind),
+        None => inner.execute(&op),
+    }
 }

@@ -15,10 +15,9 @@
 //!
 //! With `CompileConfig::async_execution` off, graphs run on the calling thread instead.
 
-use super::execute;
+use super::{InnerDevice, execute};
 use burn_compile_schedule::Plan;
 use burn_ir::{BackendIr, OperationIr};
-use burn_router::Runner;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::mpsc::{Sender, channel};
@@ -54,16 +53,16 @@ fn lock(mutex: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
 
 /// Executes the plans of one device.
 pub(crate) struct Executor<B: BackendIr> {
-    runner: Runner<B>,
+    inner: Arc<InnerDevice<B>>,
     shared: Arc<Shared>,
     /// The worker's queue, started at the first asynchronous graph.
     queue: Mutex<Option<Sender<Job>>>,
 }
 
 impl<B: BackendIr> Executor<B> {
-    pub fn new(runner: Runner<B>) -> Self {
+    pub fn new(device: B::Device) -> Self {
         Self {
-            runner,
+            inner: Arc::new(InnerDevice::new(device)),
             shared: Arc::new(Shared {
                 progress: Mutex::new(Progress::default()),
                 idle: Condvar::new(),
@@ -83,7 +82,7 @@ impl<B: BackendIr> Executor<B> {
     ) {
         if !asynchronous {
             self.wait();
-            let spent = execute(&self.runner, ops, &plan);
+            let spent = execute(&self.inner, ops, &plan);
             lock(&self.shared.progress).spent.push(spent);
             return;
         }
@@ -98,7 +97,7 @@ impl<B: BackendIr> Executor<B> {
 
     fn start_worker(&self) -> Sender<Job> {
         let (sender, receiver) = channel::<Job>();
-        let runner = self.runner.clone();
+        let inner = self.inner.clone();
         let shared = self.shared.clone();
         std::thread::Builder::new()
             .name("burn-compile-exec".into())
@@ -113,7 +112,7 @@ impl<B: BackendIr> Executor<B> {
                         Ok(None)
                     } else {
                         catch_unwind(AssertUnwindSafe(|| {
-                            Some(execute(&runner, job.ops, &job.plan))
+                            Some(execute(&inner, job.ops, &job.plan))
                         }))
                     };
                     let mut progress = lock(&shared.progress);
@@ -159,8 +158,8 @@ impl<B: BackendIr> Executor<B> {
         lock(&self.shared.progress).spent.pop()
     }
 
-    /// The inner backend's runner. Call [`Executor::wait`] before using it.
-    pub fn runner(&self) -> &Runner<B> {
-        &self.runner
+    /// The inner backend's tensors. Call [`Executor::wait`] before using them.
+    pub fn inner(&self) -> &InnerDevice<B> {
+        &self.inner
     }
 }

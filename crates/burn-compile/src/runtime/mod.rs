@@ -3,6 +3,8 @@
 mod activation;
 mod cache;
 mod executor;
+mod inner;
 
-pub(crate) use cache::{PlanCache, execute};
+pub(crate) use cache::{PlanCache, execute, execute_one};
 pub(crate) use executor::Executor;
+pub(crate) use inner::InnerDevice;
