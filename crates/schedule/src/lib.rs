@@ -5,6 +5,12 @@
 //! will become further [`Step`] kinds. A plan refers to operations by position, never by tensor
 //! id, so one plan serves every segment with the same key.
 
+mod pointwise;
+
+pub use pointwise::{
+    BinaryOp, Instr, PointwiseGroup, PointwiseKernel, Slot, UnaryOp, pointwise_groups,
+};
+
 use burn_compile_graph::Activation;
 use burn_compile_passes::{Liveness, dead_code};
 use burn_ir::OperationIr;

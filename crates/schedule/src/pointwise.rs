@@ -1,0 +1,403 @@
+//! Pointwise fusion: a run of elementwise float operations over one iteration shape becomes one
+//! kernel that reads each input once, keeps intermediates in registers and writes only what is
+//! used after the run or outlives the graph.
+//!
+//! The rules, chosen so that no reordering is ever needed (every operation of a group runs at the
+//! group's place in program order, and nothing between its first and last operation depends on
+//! it):
+//! - a group is a contiguous run of fusible operations; `Drop`s inside the run do not end it
+//!   (they run after the kernel), any other operation does;
+//! - every operation of a group has the same output shape and float dtype, and each tensor input
+//!   has that dtype and the same rank, each dimension equal to the output's or 1 (broadcast);
+//! - a run of one operation is left to the inner backend's own kernel (nothing to fuse).
+//!
+//! Kernels refer to the graph by position (operation index, input or output position), never by
+//! tensor id, and carry no scalar values (scalars are runtime arguments, read from the recorded
+//! operations at replay): one kernel serves every graph with the same key.
+
+use burn_backend::{DType, Shape};
+use burn_compile_graph::Activation;
+use burn_ir::{
+    BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarOpIr, TensorIr,
+    TensorStatus, UnaryOpIr,
+};
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::{Deserialize, Serialize};
+
+/// An elementwise function of one value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnaryOp {
+    Exp,
+    Log,
+    Sqrt,
+    Tanh,
+    Erf,
+    Recip,
+    Abs,
+    Cos,
+    Sin,
+    Relu,
+    Sigmoid,
+    /// Burn's exact GELU: `x · (1 + erf(x / √2)) / 2`.
+    Gelu,
+}
+
+/// An elementwise function of two values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Powf,
+}
+
+/// One instruction of a kernel program. Each value-producing instruction defines the next
+/// register (SSA: register `k` is the `k`-th value produced).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Instr {
+    /// Kernel input `input`, read at the current position (broadcast as the input says).
+    Load {
+        input: u16,
+    },
+    /// Runtime scalar argument `index`.
+    Scalar {
+        index: u16,
+    },
+    Unary {
+        op: UnaryOp,
+        a: u16,
+    },
+    Binary {
+        op: BinaryOp,
+        a: u16,
+        b: u16,
+    },
+    /// Writes register `value` to kernel output `output` (not a value).
+    Store {
+        output: u16,
+        value: u16,
+    },
+}
+
+/// A fused elementwise kernel: what code generation needs, and nothing that changes between
+/// graphs with the same key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PointwiseKernel {
+    /// Element type of every input, output and register.
+    pub dtype: DType,
+    /// Rank of the iteration space (the output shape).
+    pub rank: u8,
+    /// Per input, per dimension: broadcast (size 1 where the output's is larger).
+    pub inputs: Vec<Vec<bool>>,
+    /// Number of outputs.
+    pub outputs: u16,
+    /// Number of scalar arguments.
+    pub scalars: u16,
+    pub program: Vec<Instr>,
+}
+
+/// Where a kernel input or output lives in the graph: operation `op`, position `pos` in its
+/// `inputs()` or `outputs()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Slot {
+    pub op: u32,
+    pub pos: u8,
+}
+
+/// One fused group of a graph and its kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointwiseGroup {
+    /// Positions of the fused operations, in program order.
+    pub ops: Vec<u32>,
+    /// Positions of the `Drop`s inside the run (they run after the kernel).
+    pub drops: Vec<u32>,
+    /// Kernel input `i` is the tensor read at `inputs[i]` (its first read in the group).
+    pub inputs: Vec<Slot>,
+    /// Kernel input `i` has its last use in the group (read `ReadWrite` there): the group
+    /// frees it after the kernel.
+    pub consumed: Vec<bool>,
+    /// Kernel output `i` is the tensor written at `outputs[i]`.
+    pub outputs: Vec<Slot>,
+    /// Scalar argument `i` is the scalar of operation `scalars[i]`.
+    pub scalars: Vec<u32>,
+    /// Output shape (the iteration space).
+    pub shape: Shape,
+    pub kernel: PointwiseKernel,
+}
+
+/// What a fusible operation computes.
+enum Compute<'a> {
+    Unary(UnaryOp, &'a TensorIr),
+    Binary(BinaryOp, &'a TensorIr, &'a TensorIr),
+    /// `tensor op scalar`.
+    Scalar(BinaryOp, &'a TensorIr),
+}
+
+struct Fusible<'a> {
+    compute: Compute<'a>,
+    out: &'a TensorIr,
+}
+
+fn unary(op: UnaryOp, d: &UnaryOpIr) -> Option<Fusible<'_>> {
+    Some(Fusible {
+        compute: Compute::Unary(op, &d.input),
+        out: &d.out,
+    })
+}
+
+fn binary(op: BinaryOp, d: &BinaryOpIr) -> Option<Fusible<'_>> {
+    Some(Fusible {
+        compute: Compute::Binary(op, &d.lhs, &d.rhs),
+        out: &d.out,
+    })
+}
+
+fn scalar(op: BinaryOp, d: &ScalarOpIr) -> Option<Fusible<'_>> {
+    Some(Fusible {
+        compute: Compute::Scalar(op, &d.lhs),
+        out: &d.out,
+    })
+}
+
+/// The elementwise meaning of `op`, when it has one this module fuses.
+fn fusible(op: &OperationIr) -> Option<Fusible<'_>> {
+    let f = match op {
+        OperationIr::Float(_, f) => match f {
+            FloatOperationIr::Exp(d) => unary(UnaryOp::Exp, d),
+            FloatOperationIr::Log(d) => unary(UnaryOp::Log, d),
+            FloatOperationIr::Sqrt(d) => unary(UnaryOp::Sqrt, d),
+            FloatOperationIr::Tanh(d) => unary(UnaryOp::Tanh, d),
+            FloatOperationIr::Erf(d) => unary(UnaryOp::Erf, d),
+            FloatOperationIr::Recip(d) => unary(UnaryOp::Recip, d),
+            FloatOperationIr::Cos(d) => unary(UnaryOp::Cos, d),
+            FloatOperationIr::Sin(d) => unary(UnaryOp::Sin, d),
+            FloatOperationIr::Powf(d) => binary(BinaryOp::Powf, d),
+            FloatOperationIr::PowfScalar(d) => scalar(BinaryOp::Powf, d),
+            _ => None,
+        },
+        OperationIr::NumericFloat(_, n) => match n {
+            NumericOperationIr::Add(d) => binary(BinaryOp::Add, d),
+            NumericOperationIr::Sub(d) => binary(BinaryOp::Sub, d),
+            NumericOperationIr::Mul(d) => binary(BinaryOp::Mul, d),
+            NumericOperationIr::Div(d) => binary(BinaryOp::Div, d),
+            NumericOperationIr::AddScalar(d) => scalar(BinaryOp::Add, d),
+            NumericOperationIr::SubScalar(d) => scalar(BinaryOp::Sub, d),
+            NumericOperationIr::MulScalar(d) => scalar(BinaryOp::Mul, d),
+            NumericOperationIr::DivScalar(d) => scalar(BinaryOp::Div, d),
+            NumericOperationIr::Abs(d) => unary(UnaryOp::Abs, d),
+            _ => None,
+        },
+        OperationIr::Custom(custom) => {
+            let op = match Activation::of(op)? {
+                Activation::Relu => UnaryOp::Relu,
+                Activation::Sigmoid => UnaryOp::Sigmoid,
+                Activation::Gelu => UnaryOp::Gelu,
+                _ => return None,
+            };
+            Some(Fusible {
+                compute: Compute::Unary(op, &custom.inputs[0]),
+                out: &custom.outputs[0],
+            })
+        }
+        _ => None,
+    }?;
+    let float = f.out.dtype.is_float();
+    let same_dtype = match f.compute {
+        Compute::Unary(_, a) | Compute::Scalar(_, a) => a.dtype == f.out.dtype,
+        Compute::Binary(_, a, b) => a.dtype == f.out.dtype && b.dtype == f.out.dtype,
+    };
+    (float && same_dtype).then_some(f)
+}
+
+/// `input` can be read at every position of `out`'s iteration space.
+fn broadcasts_to(input: &Shape, out: &Shape) -> bool {
+    input.num_dims() == out.num_dims()
+        && input.iter().zip(out.iter()).all(|(i, o)| i == o || *i == 1)
+}
+
+fn tensors<'a>(c: &Compute<'a>) -> Vec<&'a TensorIr> {
+    match *c {
+        Compute::Unary(_, a) | Compute::Scalar(_, a) => vec![a],
+        Compute::Binary(_, a, b) => vec![a, b],
+    }
+}
+
+/// Finds the pointwise groups of a graph. `live[i]` false marks operations that will not run
+/// (dead code); they end runs.
+pub fn pointwise_groups(ops: &[OperationIr], live: &[bool]) -> Vec<PointwiseGroup> {
+    // Last read of each tensor by an operation other than a drop, and the tensors whose life
+    // ends inside the graph (dropped, or consumed in place).
+    let mut last_read: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut ended: FxHashSet<u64> = FxHashSet::default();
+    for (i, op) in ops.iter().enumerate() {
+        if let OperationIr::Drop(t) = op {
+            ended.insert(t.id.value());
+            continue;
+        }
+        for t in op.inputs() {
+            last_read.insert(t.id.value(), i as u32);
+            if t.status == TensorStatus::ReadWrite {
+                ended.insert(t.id.value());
+            }
+        }
+    }
+
+    let mut groups = Vec::new();
+    let mut run: Vec<u32> = Vec::new();
+    let mut drops: Vec<u32> = Vec::new();
+    let mut current: Option<(Shape, DType)> = None;
+    let close = |run: &mut Vec<u32>, drops: &mut Vec<u32>, groups: &mut Vec<PointwiseGroup>| {
+        // Drops after the last fused op stay where they are.
+        let end = run.last().copied();
+        drops.retain(|d| end.is_some_and(|e| *d < e));
+        if run.len() >= 2 {
+            groups.push(build(ops, run, drops, &last_read, &ended));
+        }
+        run.clear();
+        drops.clear();
+    };
+    for (i, op) in ops.iter().enumerate() {
+        let i = i as u32;
+        if matches!(op, OperationIr::Drop(_)) {
+            if !run.is_empty() {
+                drops.push(i);
+            }
+            continue;
+        }
+        // The iteration space (shape, dtype) of a fusible live operation.
+        let space = fusible(op)
+            .filter(|_| live[i as usize])
+            .filter(|f| {
+                tensors(&f.compute)
+                    .iter()
+                    .all(|t| broadcasts_to(&t.shape, &f.out.shape))
+            })
+            .map(|f| (f.out.shape.clone(), f.out.dtype));
+        match space {
+            Some(space) if !run.is_empty() && current.as_ref() == Some(&space) => run.push(i),
+            Some(space) => {
+                close(&mut run, &mut drops, &mut groups);
+                current = Some(space);
+                run.push(i);
+            }
+            None => close(&mut run, &mut drops, &mut groups),
+        }
+    }
+    close(&mut run, &mut drops, &mut groups);
+    groups
+}
+
+/// Builds the kernel of one run.
+fn build(
+    ops: &[OperationIr],
+    run: &[u32],
+    drops: &[u32],
+    last_read: &FxHashMap<u64, u32>,
+    ended: &FxHashSet<u64>,
+) -> PointwiseGroup {
+    let end = *run.last().expect("non-empty run");
+    let first = fusible(&ops[run[0] as usize]).expect("fusible");
+    let (shape, dtype) = (first.out.shape.clone(), first.out.dtype);
+
+    let mut program = Vec::new();
+    let mut next_reg: u16 = 0;
+    // Register holding each tensor already in the kernel.
+    let mut regs: FxHashMap<u64, u16> = FxHashMap::default();
+    let mut inputs = Vec::new();
+    let mut consumed = Vec::new();
+    let mut broadcast = Vec::new();
+    let mut scalars = Vec::new();
+    let mut outputs = Vec::new();
+    let mut produced: Vec<(u64, Slot, u16)> = Vec::new();
+
+    let mut value = |program: &mut Vec<Instr>, instr: Instr| {
+        program.push(instr);
+        next_reg += 1;
+        next_reg - 1
+    };
+
+    for &i in run {
+        let op = &ops[i as usize];
+        let f = fusible(op).expect("fusible");
+        let mut operand = |program: &mut Vec<Instr>, t: &TensorIr, pos: u8| -> u16 {
+            let id = t.id.value();
+            let consumes = t.status == TensorStatus::ReadWrite;
+            if let Some(r) = regs.get(&id) {
+                if consumes
+                    && let Some(k) = inputs.iter().position(|s: &Slot| {
+                        ops[s.op as usize]
+                            .inputs()
+                            .nth(s.pos as usize)
+                            .is_some_and(|x| x.id.value() == id)
+                    })
+                {
+                    consumed[k] = true;
+                }
+                return *r;
+            }
+            let input = inputs.len() as u16;
+            inputs.push(Slot { op: i, pos });
+            consumed.push(consumes);
+            broadcast.push(
+                t.shape
+                    .iter()
+                    .zip(shape.iter())
+                    .map(|(a, o)| *a == 1 && *o != 1)
+                    .collect(),
+            );
+            let r = value(program, Instr::Load { input });
+            regs.insert(id, r);
+            r
+        };
+        let r = match f.compute {
+            Compute::Unary(u, a) => {
+                let a = operand(&mut program, a, 0);
+                value(&mut program, Instr::Unary { op: u, a })
+            }
+            Compute::Binary(b, l, r) => {
+                let l = operand(&mut program, l, 0);
+                let r = operand(&mut program, r, 1);
+                value(&mut program, Instr::Binary { op: b, a: l, b: r })
+            }
+            Compute::Scalar(b, l) => {
+                let l = operand(&mut program, l, 0);
+                let index = scalars.len() as u16;
+                scalars.push(i);
+                let s = value(&mut program, Instr::Scalar { index });
+                value(&mut program, Instr::Binary { op: b, a: l, b: s })
+            }
+        };
+        let id = f.out.id.value();
+        regs.insert(id, r);
+        produced.push((id, Slot { op: i, pos: 0 }, r));
+    }
+
+    // Outputs: what is read after the run, or outlives the graph.
+    for (id, slot, r) in produced {
+        let read_later = last_read.get(&id).is_some_and(|l| *l > end);
+        if read_later || !ended.contains(&id) {
+            let output = outputs.len() as u16;
+            outputs.push(slot);
+            program.push(Instr::Store { output, value: r });
+        }
+    }
+
+    PointwiseGroup {
+        ops: run.to_vec(),
+        drops: drops.to_vec(),
+        kernel: PointwiseKernel {
+            dtype,
+            rank: shape.num_dims() as u8,
+            inputs: broadcast,
+            outputs: outputs.len() as u16,
+            scalars: scalars.len() as u16,
+            program,
+        },
+        inputs,
+        consumed,
+        outputs,
+        scalars,
+        shape,
+    }
+}

@@ -1,0 +1,236 @@
+//! Pointwise grouping on hand-built graphs: graph in, exactly these kernels out.
+
+use TensorStatus::*;
+use burn_backend::{DType, Shape};
+use burn_compile_graph::Activation;
+use burn_compile_schedule::{BinaryOp, Instr, PointwiseGroup, Slot, UnaryOp, pointwise_groups};
+use burn_ir::{
+    BinaryOpIr, CustomOpIr, FloatOperationIr, MatmulOpIr, NumericOperationIr, OperationIr,
+    ScalarIr, ScalarOpIr, TensorId, TensorIr, TensorStatus, UnaryOpIr,
+};
+
+fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
+    TensorIr {
+        id: TensorId::new(id),
+        shape: Shape::from(shape.to_vec()),
+        status,
+        dtype: DType::F32,
+    }
+}
+
+fn out(id: u64, shape: &[usize]) -> TensorIr {
+    t(id, shape, NotInit)
+}
+
+fn exp(input: TensorIr, o: u64) -> OperationIr {
+    let shape = input.shape.to_vec();
+    OperationIr::Float(
+        DType::F32,
+        FloatOperationIr::Exp(UnaryOpIr {
+            input,
+            out: out(o, &shape),
+        }),
+    )
+}
+
+fn add(lhs: TensorIr, rhs: TensorIr, o: &[usize], id: u64) -> OperationIr {
+    OperationIr::NumericFloat(
+        DType::F32,
+        NumericOperationIr::Add(BinaryOpIr {
+            lhs,
+            rhs,
+            out: out(id, o),
+        }),
+    )
+}
+
+fn mul_scalar(lhs: TensorIr, s: f64, o: u64) -> OperationIr {
+    let shape = lhs.shape.to_vec();
+    OperationIr::NumericFloat(
+        DType::F32,
+        NumericOperationIr::MulScalar(ScalarOpIr {
+            lhs,
+            rhs: ScalarIr::Float(s),
+            out: out(o, &shape),
+        }),
+    )
+}
+
+fn relu(input: TensorIr, o: u64) -> OperationIr {
+    let shape = input.shape.to_vec();
+    OperationIr::Custom(CustomOpIr {
+        id: Activation::Relu.op_id(),
+        inputs: vec![input],
+        outputs: vec![out(o, &shape)],
+    })
+}
+
+fn matmul(lhs: TensorIr, rhs: TensorIr, o: &[usize], id: u64) -> OperationIr {
+    OperationIr::Float(
+        DType::F32,
+        FloatOperationIr::Matmul(MatmulOpIr {
+            lhs,
+            rhs,
+            out: out(id, o),
+        }),
+    )
+}
+
+fn drop_op(id: u64, shape: &[usize]) -> OperationIr {
+    OperationIr::Drop(t(id, shape, ReadWrite))
+}
+
+fn groups(ops: &[OperationIr]) -> Vec<PointwiseGroup> {
+    pointwise_groups(ops, &vec![true; ops.len()])
+}
+
+#[test]
+fn linear_bias_relu_is_one_kernel_writing_only_the_activation() {
+    // 3 = x(1) @ w(2); 5 = 3! + bias(4)[1, 8]; 6 = relu(5!); 7 = 6 @ w2(2)
+    let (m, n) = (&[4, 8][..], &[1, 8][..]);
+    let ops = vec![
+        matmul(t(1, &[4, 16], ReadOnly), t(2, &[16, 8], ReadOnly), m, 3),
+        add(t(3, m, ReadWrite), t(4, n, ReadOnly), m, 5),
+        relu(t(5, m, ReadWrite), 6),
+        matmul(t(6, m, ReadWrite), t(2, &[8, 8], ReadOnly), m, 7),
+    ];
+    let g = groups(&ops);
+    assert_eq!(g.len(), 1, "{g:#?}");
+    let g = &g[0];
+    assert_eq!(g.ops, vec![1, 2]);
+    assert_eq!(
+        g.inputs,
+        vec![Slot { op: 1, pos: 0 }, Slot { op: 1, pos: 1 }]
+    );
+    assert_eq!(
+        g.consumed,
+        vec![true, false],
+        "the matmul output dies in the kernel"
+    );
+    assert_eq!(g.outputs, vec![Slot { op: 2, pos: 0 }]);
+    assert_eq!(g.kernel.inputs, vec![vec![false, false], vec![true, false]]);
+    assert_eq!(
+        g.kernel.program,
+        vec![
+            Instr::Load { input: 0 },
+            Instr::Load { input: 1 },
+            Instr::Binary {
+                op: BinaryOp::Add,
+                a: 0,
+                b: 1
+            },
+            Instr::Unary {
+                op: UnaryOp::Relu,
+                a: 2
+            },
+            Instr::Store {
+                output: 0,
+                value: 3
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_chain_with_dropped_intermediates_stores_only_its_result() {
+    // 2 = exp(1); 3 = 2 * s; drop 2; 4 = 3! + 1; 4 escapes.
+    let s = &[3, 5][..];
+    let ops = vec![
+        exp(t(1, s, ReadOnly), 2),
+        mul_scalar(t(2, s, ReadOnly), 0.5, 3),
+        drop_op(2, s),
+        add(t(3, s, ReadWrite), t(1, s, ReadOnly), s, 4),
+    ];
+    let g = groups(&ops);
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].ops, vec![0, 1, 3]);
+    assert_eq!(g[0].drops, vec![2]);
+    assert_eq!(
+        g[0].scalars,
+        vec![1],
+        "the scalar is read from op 1 at replay"
+    );
+    assert_eq!(g[0].inputs.len(), 1, "input 1 is loaded once");
+    assert_eq!(g[0].outputs, vec![Slot { op: 3, pos: 0 }]);
+    assert_eq!(g[0].kernel.scalars, 1);
+}
+
+#[test]
+fn an_intermediate_read_after_the_run_is_written_too() {
+    // 2 = exp(1); 3 = 2 * s; 4 = 2! @ w — 2 is needed by the matmul, 3 escapes.
+    let s = &[4, 4][..];
+    let ops = vec![
+        exp(t(1, s, ReadOnly), 2),
+        mul_scalar(t(2, s, ReadOnly), 2.0, 3),
+        matmul(t(2, s, ReadWrite), t(9, s, ReadOnly), s, 4),
+    ];
+    let g = groups(&ops);
+    assert_eq!(g.len(), 1);
+    assert_eq!(
+        g[0].outputs,
+        vec![Slot { op: 0, pos: 0 }, Slot { op: 1, pos: 0 }]
+    );
+}
+
+#[test]
+fn a_shape_change_or_a_non_fusible_op_ends_the_run() {
+    let (a, b) = (&[2, 3][..], &[3, 2][..]);
+    let ops = vec![
+        exp(t(1, a, ReadOnly), 2),
+        exp(t(2, a, ReadWrite), 3),
+        // another iteration space: a new run
+        exp(t(10, b, ReadOnly), 11),
+        exp(t(11, b, ReadWrite), 12),
+        // a matmul in between: two runs of one op each, no kernel
+        exp(t(20, a, ReadOnly), 21),
+        matmul(t(21, a, ReadOnly), t(22, b, ReadOnly), &[2, 2], 23),
+        exp(t(21, a, ReadWrite), 24),
+    ];
+    let g = groups(&ops);
+    assert_eq!(g.len(), 2, "{g:#?}");
+    assert_eq!(g[0].ops, vec![0, 1]);
+    assert_eq!(g[1].ops, vec![2, 3]);
+}
+
+#[test]
+fn single_ops_int_ops_and_dead_ops_are_not_fused() {
+    let s = &[8][..];
+    // One op alone: the inner backend's kernel.
+    assert!(groups(&[exp(t(1, s, ReadOnly), 2)]).is_empty());
+    // Int arithmetic is not fused (float kernels only, for now).
+    let int = |id| TensorIr {
+        dtype: DType::I32,
+        ..t(id, s, ReadOnly)
+    };
+    let int_add = |l, r, o| {
+        OperationIr::NumericInt(
+            DType::I32,
+            NumericOperationIr::Add(BinaryOpIr {
+                lhs: int(l),
+                rhs: int(r),
+                out: TensorIr {
+                    dtype: DType::I32,
+                    ..out(o, s)
+                },
+            }),
+        )
+    };
+    assert!(groups(&[int_add(1, 2, 3), int_add(3, 2, 4)]).is_empty());
+    // A dead op ends the run.
+    let ops = vec![
+        exp(t(1, s, ReadOnly), 2),
+        exp(t(1, s, ReadOnly), 3),
+        exp(t(1, s, ReadOnly), 4),
+    ];
+    assert!(pointwise_groups(&ops, &[true, false, true]).is_empty());
+}
+
+#[test]
+fn inputs_of_another_rank_are_not_broadcast() {
+    // Burn broadcasts same-rank tensors only; a rank mismatch is not a fusible elementwise op.
+    let ops = vec![
+        add(t(1, &[4, 8], ReadOnly), t(2, &[8], ReadOnly), &[4, 8], 3),
+        exp(t(3, &[4, 8], ReadWrite), 4),
+    ];
+    assert!(groups(&ops).is_empty());
+}
