@@ -1,0 +1,107 @@
+//! The CubeCL kernel of a [`PointwiseKernel`]: one kernel body, specialized at compile time on
+//! the kernel's program (CubeCL expands the comptime `#[unroll]` loops and `match`es into
+//! straight-line code, so each distinct program is its own kernel).
+//!
+//! Each unit computes one element of the iteration space: output 0 (contiguous, allocated by the
+//! plan) gives the coordinates, each input is read through its own strides (so views need no
+//! copy), skipping the dimensions it broadcasts.
+
+use burn_compile_schedule::{BinaryOp, Instr, PointwiseKernel, UnaryOp};
+use cubecl::ScalarArgType;
+use cubecl::prelude::*;
+
+// Index loops: CubeCL expands `for i in 0..n` with comptime bounds, not iterators.
+#[allow(clippy::needless_range_loop)]
+#[cube(launch_unchecked)]
+pub fn pointwise<F: Float + ScalarArgType>(
+    inputs: &Sequence<Tensor<F>>,
+    scalars: &Sequence<F>,
+    outputs: &mut Sequence<Tensor<F>>,
+    #[comptime] kernel: &PointwiseKernel,
+) {
+    let pos = ABSOLUTE_POS;
+    let rank = comptime![kernel.rank as usize];
+    // Coordinates of `pos` in the iteration space (the layout of output 0).
+    let mut coords = Sequence::<usize>::new();
+    {
+        let reference = outputs.index(0usize);
+        if pos >= reference.len() {
+            terminate!();
+        }
+        #[unroll]
+        for d in 0..rank {
+            coords.push((pos / reference.stride(d)) % reference.shape(d));
+        }
+    }
+    // Register k holds the k-th value produced by the program.
+    let mut regs = Sequence::<F>::new();
+
+    #[unroll]
+    for i in 0..kernel.program.len() {
+        let instr = comptime![kernel.program[i].clone()];
+        match instr {
+            Instr::Load { input } => {
+                let broadcast = comptime![kernel.inputs[input as usize].clone()];
+                let t = inputs.index(comptime![input as usize]);
+                let mut offset: usize = 0;
+                #[unroll]
+                for d in 0..rank {
+                    if comptime![!broadcast[d]] {
+                        offset += *coords.index(d) * t.stride(d);
+                    }
+                }
+                regs.push(t[offset]);
+            }
+            Instr::Scalar { index } => {
+                let s = *scalars.index(comptime![index as usize]);
+                regs.push(s);
+            }
+            Instr::Unary { op, a } => {
+                let x = *regs.index(comptime![a as usize]);
+                regs.push(unary::<F>(x, op));
+            }
+            Instr::Binary { op, a, b } => {
+                let x = *regs.index(comptime![a as usize]);
+                let y = *regs.index(comptime![b as usize]);
+                regs.push(binary::<F>(x, y, op));
+            }
+            Instr::Store { output, value } => {
+                let v = *regs.index(comptime![value as usize]);
+                let out = outputs.index_mut(comptime![output as usize]);
+                out[pos] = v;
+            }
+        }
+    }
+}
+
+#[cube]
+fn unary<F: Float>(x: F, #[comptime] op: UnaryOp) -> F {
+    match comptime![op] {
+        UnaryOp::Exp => F::exp(x),
+        UnaryOp::Log => F::ln(x),
+        UnaryOp::Sqrt => F::sqrt(x),
+        UnaryOp::Tanh => F::tanh(x),
+        UnaryOp::Erf => F::erf(x),
+        UnaryOp::Recip => F::recip(x),
+        UnaryOp::Abs => F::abs(x),
+        UnaryOp::Cos => F::cos(x),
+        UnaryOp::Sin => F::sin(x),
+        UnaryOp::Relu => F::max(x, F::new(0.0)),
+        UnaryOp::Sigmoid => F::new(1.0) / (F::new(1.0) + F::exp(-x)),
+        // Burn's GELU: x · (1 + erf(x / √2)) / 2.
+        UnaryOp::Gelu => {
+            x * (F::new(1.0) + F::erf(x * F::new(core::f32::consts::FRAC_1_SQRT_2))) * F::new(0.5)
+        }
+    }
+}
+
+#[cube]
+fn binary<F: Float>(x: F, y: F, #[comptime] op: BinaryOp) -> F {
+    match comptime![op] {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        BinaryOp::Powf => F::powf(x, y),
+    }
+}

@@ -1,0 +1,408 @@
+//! Generated pointwise kernels executed on wgpu (lavapipe in CI), compared with a reference
+//! evaluation of the same program in f64 on the host: broadcasting, strided (transposed)
+//! inputs, runtime scalars, several outputs, every op.
+//!
+//! Needs a wgpu adapter: mandatory under `CI=true`, skipped loudly elsewhere.
+
+mod support;
+
+use burn_compile_codegen::launch_pointwise;
+use burn_compile_schedule::{BinaryOp, Instr, PointwiseKernel, UnaryOp};
+use cubecl::CubeElement;
+use cubecl::prelude::*;
+use cubecl::zspace::{Shape, Strides};
+use cubecl_wgpu::{WgpuDevice, WgpuRuntime};
+use std::io::Write;
+use support::kernel;
+
+fn client() -> Option<ComputeClient<WgpuRuntime>> {
+    let probe = std::panic::catch_unwind(|| WgpuRuntime::client(&WgpuDevice::default()));
+    match probe {
+        Ok(c) => Some(c),
+        Err(_) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("the wgpu codegen tests are mandatory under CI=true, but no adapter");
+            }
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** SKIPPED: wgpu codegen tests: no wgpu adapter. Install a Vulkan driver \
+                 (apt-get install -y mesa-vulkan-drivers gives a CPU one) to run them. ***\n"
+            );
+            None
+        }
+    }
+}
+
+/// Reproducible values in [lo, hi).
+fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect()
+}
+
+/// An input: values in memory order, its shape and strides (in elements).
+struct Input {
+    data: Vec<f32>,
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+}
+
+fn contiguous(shape: &[usize], seed: u64, lo: f32, hi: f32) -> Input {
+    let n = shape.iter().product();
+    let mut strides = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    Input {
+        data: values(n, seed, lo, hi),
+        shape: shape.to_vec(),
+        strides,
+    }
+}
+
+fn erf(x: f64) -> f64 {
+    // Abramowitz–Stegun 7.1.26 is too coarse for a 1e-5 check: integrate instead.
+    let n = 2000;
+    let h = x / n as f64;
+    let f = |t: f64| (-t * t).exp();
+    let mut sum = f(0.0) + f(x);
+    for i in 1..n {
+        sum += f(i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
+    }
+    sum * h / 3.0 * 2.0 / std::f64::consts::PI.sqrt()
+}
+
+fn unary(op: UnaryOp, x: f64) -> f64 {
+    match op {
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Erf => erf(x),
+        UnaryOp::Recip => 1.0 / x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Relu => x.max(0.0),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Gelu => x * 0.5 * (1.0 + erf(x / 2f64.sqrt())),
+    }
+}
+
+fn binary(op: BinaryOp, x: f64, y: f64) -> f64 {
+    match op {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        BinaryOp::Powf => x.powf(y),
+    }
+}
+
+/// The program evaluated on the host, in f64: one vector per output.
+#[allow(clippy::needless_range_loop)] // `pos` indexes every output
+fn reference(
+    k: &PointwiseKernel,
+    shape: &[usize],
+    inputs: &[Input],
+    scalars: &[f32],
+) -> Vec<Vec<f64>> {
+    let len: usize = shape.iter().product();
+    let mut outs = vec![vec![0.0; len]; k.outputs as usize];
+    for pos in 0..len {
+        let mut coords = vec![0; shape.len()];
+        let mut rest = pos;
+        for d in (0..shape.len()).rev() {
+            coords[d] = rest % shape[d];
+            rest /= shape[d];
+        }
+        let mut regs: Vec<f64> = Vec::new();
+        for instr in &k.program {
+            match *instr {
+                Instr::Load { input } => {
+                    let t = &inputs[input as usize];
+                    let offset: usize = (0..shape.len())
+                        .filter(|d| !k.inputs[input as usize][*d])
+                        .map(|d| coords[d] * t.strides[d])
+                        .sum();
+                    regs.push(t.data[offset] as f64);
+                }
+                Instr::Scalar { index } => regs.push(scalars[index as usize] as f64),
+                Instr::Unary { op, a } => regs.push(unary(op, regs[a as usize])),
+                Instr::Binary { op, a, b } => {
+                    regs.push(binary(op, regs[a as usize], regs[b as usize]))
+                }
+                Instr::Store { output, value } => outs[output as usize][pos] = regs[value as usize],
+            }
+        }
+    }
+    outs
+}
+
+/// Runs `k` on wgpu and checks every output against the host reference.
+fn check(
+    client: &ComputeClient<WgpuRuntime>,
+    name: &str,
+    k: &PointwiseKernel,
+    shape: &[usize],
+    inputs: &[Input],
+    scalars: &[f32],
+) {
+    let len: usize = shape.iter().product();
+    let handles: Vec<_> = inputs
+        .iter()
+        .map(|i| client.create_from_slice(f32::as_bytes(&i.data)))
+        .collect();
+    let outputs: Vec<_> = (0..k.outputs).map(|_| client.empty(len * 4)).collect();
+    let out_strides = contiguous(shape, 0, 0.0, 1.0).strides;
+    let arg = |h: &cubecl::server::Handle, shape: &[usize], strides: &[usize]| unsafe {
+        TensorArg::<WgpuRuntime>::from_raw_parts(
+            h.clone(),
+            Strides::new(strides),
+            Shape::from(shape.to_vec()),
+        )
+    };
+    unsafe {
+        launch_pointwise::<WgpuRuntime, f32>(
+            client,
+            k,
+            inputs
+                .iter()
+                .zip(&handles)
+                .map(|(i, h)| arg(h, &i.shape, &i.strides))
+                .collect(),
+            scalars.to_vec(),
+            outputs
+                .iter()
+                .map(|h| arg(h, shape, &out_strides))
+                .collect(),
+            len,
+        );
+    }
+    let want = reference(k, shape, inputs, scalars);
+    for (o, handle) in outputs.into_iter().enumerate() {
+        let bytes = client.read_one(handle).expect("read output");
+        let got = f32::from_bytes(&bytes);
+        for (i, (g, w)) in got.iter().zip(&want[o]).enumerate() {
+            // f32 kernels vs an f64 reference: 1e-5 absolute + 1e-4 relative.
+            let tol = 1e-5 + 1e-4 * w.abs();
+            assert!(
+                (*g as f64 - w).abs() <= tol,
+                "{name}: output {o}[{i}] = {g}, expected {w} (kernel {k:?})"
+            );
+        }
+    }
+}
+
+#[test]
+fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
+    let Some(client) = client() else { return };
+    use Instr::*;
+    let un = |op, a| Unary { op, a };
+    let bin = |op, a, b| Binary { op, a, b };
+
+    // exp(x) * s0 + x over [5, 7] (35 elements: a partial cube).
+    let k = kernel(
+        2,
+        vec![vec![false, false]],
+        1,
+        1,
+        vec![
+            Load { input: 0 },
+            un(UnaryOp::Exp, 0),
+            Scalar { index: 0 },
+            bin(BinaryOp::Mul, 1, 2),
+            bin(BinaryOp::Add, 3, 0),
+            Store {
+                output: 0,
+                value: 4,
+            },
+        ],
+    );
+    check(
+        &client,
+        "chain",
+        &k,
+        &[5, 7],
+        &[contiguous(&[5, 7], 1, -2.0, 2.0)],
+        &[0.75],
+    );
+
+    // relu(x + bias[1, n]) over [300, 9]: several cubes, a broadcast input.
+    let k = kernel(
+        2,
+        vec![vec![false, false], vec![true, false]],
+        1,
+        0,
+        vec![
+            Load { input: 0 },
+            Load { input: 1 },
+            bin(BinaryOp::Add, 0, 1),
+            un(UnaryOp::Relu, 2),
+            Store {
+                output: 0,
+                value: 3,
+            },
+        ],
+    );
+    check(
+        &client,
+        "bias_relu",
+        &k,
+        &[300, 9],
+        &[
+            contiguous(&[300, 9], 2, -1.0, 1.0),
+            contiguous(&[1, 9], 3, -0.5, 0.5),
+        ],
+        &[],
+    );
+
+    // A transposed input (strides [1, 4] for shape [4, 3]... read as [3, 4] with strides [1, 3]).
+    let mut t = contiguous(&[4, 3], 4, -1.0, 1.0);
+    t.shape = vec![3, 4];
+    t.strides = vec![1, 3];
+    let k = kernel(
+        2,
+        vec![vec![false, false], vec![false, false]],
+        1,
+        0,
+        vec![
+            Load { input: 0 },
+            Load { input: 1 },
+            bin(BinaryOp::Sub, 0, 1),
+            Store {
+                output: 0,
+                value: 2,
+            },
+        ],
+    );
+    check(
+        &client,
+        "transposed",
+        &k,
+        &[3, 4],
+        &[t, contiguous(&[3, 4], 5, -1.0, 1.0)],
+        &[],
+    );
+
+    // Two outputs, activations, rank 3.
+    let k = kernel(
+        3,
+        vec![vec![false, false, false]],
+        2,
+        0,
+        vec![
+            Load { input: 0 },
+            un(UnaryOp::Gelu, 0),
+            un(UnaryOp::Sigmoid, 1),
+            un(UnaryOp::Tanh, 0),
+            bin(BinaryOp::Add, 3, 1),
+            bin(BinaryOp::Div, 2, 4),
+            Store {
+                output: 0,
+                value: 1,
+            },
+            Store {
+                output: 1,
+                value: 5,
+            },
+        ],
+    );
+    check(
+        &client,
+        "two_outputs",
+        &k,
+        &[2, 3, 5],
+        &[contiguous(&[2, 3, 5], 6, 0.1, 2.0)],
+        &[],
+    );
+
+    // Every unary op on its domain, every binary op.
+    for (i, op) in [
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Erf,
+        UnaryOp::Recip,
+        UnaryOp::Abs,
+        UnaryOp::Cos,
+        UnaryOp::Sin,
+        UnaryOp::Relu,
+        UnaryOp::Sigmoid,
+        UnaryOp::Gelu,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (lo, hi) = match op {
+            UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Recip => (0.1, 3.0),
+            _ => (-3.0, 3.0),
+        };
+        let k = kernel(
+            1,
+            vec![vec![false]],
+            1,
+            0,
+            vec![
+                Load { input: 0 },
+                un(op, 0),
+                Store {
+                    output: 0,
+                    value: 1,
+                },
+            ],
+        );
+        check(
+            &client,
+            &format!("{op:?}"),
+            &k,
+            &[64],
+            &[contiguous(&[64], 10 + i as u64, lo, hi)],
+            &[],
+        );
+    }
+    for (i, op) in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Powf,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let k = kernel(
+            1,
+            vec![vec![false], vec![false]],
+            1,
+            0,
+            vec![
+                Load { input: 0 },
+                Load { input: 1 },
+                bin(op, 0, 1),
+                Store {
+                    output: 0,
+                    value: 2,
+                },
+            ],
+        );
+        check(
+            &client,
+            &format!("{op:?}"),
+            &k,
+            &[64],
+            &[
+                contiguous(&[64], 30 + i as u64, 0.5, 2.0),
+                contiguous(&[64], 40 + i as u64, 0.5, 2.0),
+            ],
+            &[],
+        );
+    }
+}
