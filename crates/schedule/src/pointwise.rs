@@ -301,9 +301,10 @@ fn build(
     let (shape, dtype) = (first.out.shape.clone(), first.out.dtype);
 
     let mut program = Vec::new();
-    let mut next_reg: u16 = 0;
     // Register holding each tensor already in the kernel.
     let mut regs: FxHashMap<u64, u16> = FxHashMap::default();
+    // Kernel input of each tensor loaded from outside the run.
+    let mut input_of: FxHashMap<u64, usize> = FxHashMap::default();
     let mut inputs = Vec::new();
     let mut consumed = Vec::new();
     let mut broadcast = Vec::new();
@@ -311,10 +312,11 @@ fn build(
     let mut outputs = Vec::new();
     let mut produced: Vec<(u64, Slot, u16)> = Vec::new();
 
-    let mut value = |program: &mut Vec<Instr>, instr: Instr| {
+    // Stores are appended after the loop, so while it runs every instruction is a value and the
+    // new register is the instruction's position.
+    let value = |program: &mut Vec<Instr>, instr: Instr| {
         program.push(instr);
-        next_reg += 1;
-        next_reg - 1
+        (program.len() - 1) as u16
     };
 
     for &i in run {
@@ -324,18 +326,13 @@ fn build(
             let id = t.id.value();
             let consumes = t.status == TensorStatus::ReadWrite;
             if let Some(r) = regs.get(&id) {
-                if consumes
-                    && let Some(k) = inputs.iter().position(|s: &Slot| {
-                        ops[s.op as usize]
-                            .inputs()
-                            .nth(s.pos as usize)
-                            .is_some_and(|x| x.id.value() == id)
-                    })
-                {
-                    consumed[k] = true;
+                // A later read of an input can be its last use (an intermediate's is not an input).
+                if consumes && let Some(k) = input_of.get(&id) {
+                    consumed[*k] = true;
                 }
                 return *r;
             }
+            input_of.insert(id, inputs.len());
             let input = inputs.len() as u16;
             inputs.push(Slot { op: i, pos });
             consumed.push(consumes);

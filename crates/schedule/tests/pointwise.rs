@@ -234,3 +234,17 @@ fn inputs_of_another_rank_are_not_broadcast() {
     ];
     assert!(groups(&ops).is_empty());
 }
+
+#[test]
+fn an_input_whose_last_use_is_a_later_read_in_the_run_is_consumed() {
+    // 2 = exp(1); 3 = 2! + 1! — input 1 is loaded at op 0 (read-only) and dies at op 1.
+    let s = &[6][..];
+    let ops = vec![
+        exp(t(1, s, ReadOnly), 2),
+        add(t(2, s, ReadWrite), t(1, s, ReadWrite), s, 3),
+    ];
+    let g = groups(&ops);
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].inputs, vec![Slot { op: 0, pos: 0 }]);
+    assert_eq!(g[0].consumed, vec![true]);
+}
