@@ -46,6 +46,7 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
     kernel: &PointwiseKernel,
 ) -> (cubecl::prelude::KernelDefinition, StorageType) {
     let client = OfflineRuntime::<Fl>::client(&StubDevice);
+    // As `launch_pointwise` launches it: 32-bit addressing is the kernel macro's default.
     let settings = KernelSettings::default()
         .cube_dim(CubeDim::new_1d(POINTWISE_CUBE))
         .address_type(AddressType::U32);

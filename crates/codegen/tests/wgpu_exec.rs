@@ -13,7 +13,7 @@ use cubecl::prelude::*;
 use cubecl::zspace::{Shape, Strides};
 use cubecl_wgpu::{WgpuDevice, WgpuRuntime};
 use std::io::Write;
-use support::kernel;
+use support::{BINARY_OPS, UNARY_OPS, bin, binary, kernel, load, store, unary};
 
 fn client() -> Option<ComputeClient<WgpuRuntime>> {
     let probe = std::panic::catch_unwind(|| WgpuRuntime::client(&WgpuDevice::default()));
@@ -78,7 +78,7 @@ fn erf(x: f64) -> f64 {
     sum * h / 3.0 * 2.0 / std::f64::consts::PI.sqrt()
 }
 
-fn unary(op: UnaryOp, x: f64) -> f64 {
+fn eval_unary(op: UnaryOp, x: f64) -> f64 {
     match op {
         UnaryOp::Exp => x.exp(),
         UnaryOp::Log => x.ln(),
@@ -95,7 +95,7 @@ fn unary(op: UnaryOp, x: f64) -> f64 {
     }
 }
 
-fn binary(op: BinaryOp, x: f64, y: f64) -> f64 {
+fn eval_binary(op: BinaryOp, x: f64, y: f64) -> f64 {
     match op {
         BinaryOp::Add => x + y,
         BinaryOp::Sub => x - y,
@@ -134,9 +134,9 @@ fn reference(
                     regs.push(t.data[offset] as f64);
                 }
                 Instr::Scalar { index } => regs.push(scalars[index as usize] as f64),
-                Instr::Unary { op, a } => regs.push(unary(op, regs[a as usize])),
+                Instr::Unary { op, a } => regs.push(eval_unary(op, regs[a as usize])),
                 Instr::Binary { op, a, b } => {
-                    regs.push(binary(op, regs[a as usize], regs[b as usize]))
+                    regs.push(eval_binary(op, regs[a as usize], regs[b as usize]))
                 }
                 Instr::Store { output, value } => outs[output as usize][pos] = regs[value as usize],
             }
@@ -203,205 +203,71 @@ fn check(
 #[test]
 fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
     let Some(client) = client() else { return };
-    use Instr::*;
-    let un = |op, a| Unary { op, a };
-    let bin = |op, a, b| Binary { op, a, b };
 
     // exp(x) * s0 + x over [5, 7] (35 elements: a partial cube).
-    let k = kernel(
-        2,
-        vec![vec![false, false]],
-        1,
-        1,
-        vec![
-            Load { input: 0 },
-            un(UnaryOp::Exp, 0),
-            Scalar { index: 0 },
-            bin(BinaryOp::Mul, 1, 2),
-            bin(BinaryOp::Add, 3, 0),
-            Store {
-                output: 0,
-                value: 4,
-            },
-        ],
-    );
-    check(
-        &client,
-        "chain",
-        &k,
-        &[5, 7],
-        &[contiguous(&[5, 7], 1, -2.0, 2.0)],
-        &[0.75],
-    );
+    let x = contiguous(&[5, 7], 1, -2.0, 2.0);
+    check(&client, "chain", &support::chain(), &[5, 7], &[x], &[0.75]);
 
     // relu(x + bias[1, n]) over [300, 9]: several cubes, a broadcast input.
-    let k = kernel(
-        2,
-        vec![vec![false, false], vec![true, false]],
-        1,
-        0,
-        vec![
-            Load { input: 0 },
-            Load { input: 1 },
-            bin(BinaryOp::Add, 0, 1),
-            un(UnaryOp::Relu, 2),
-            Store {
-                output: 0,
-                value: 3,
-            },
-        ],
+    let (x, bias) = (
+        contiguous(&[300, 9], 2, -1.0, 1.0),
+        contiguous(&[1, 9], 3, -0.5, 0.5),
     );
     check(
         &client,
         "bias_relu",
-        &k,
+        &support::bias_relu(),
         &[300, 9],
-        &[
-            contiguous(&[300, 9], 2, -1.0, 1.0),
-            contiguous(&[1, 9], 3, -0.5, 0.5),
-        ],
+        &[x, bias],
         &[],
     );
 
-    // A transposed input (strides [1, 4] for shape [4, 3]... read as [3, 4] with strides [1, 3]).
+    // A transposed input: a contiguous [4, 3] buffer (strides [3, 1]) read as its transpose,
+    // shape [3, 4] with strides [1, 3].
     let mut t = contiguous(&[4, 3], 4, -1.0, 1.0);
     t.shape = vec![3, 4];
     t.strides = vec![1, 3];
-    let k = kernel(
+    let sub = kernel(
         2,
         vec![vec![false, false], vec![false, false]],
         1,
         0,
-        vec![
-            Load { input: 0 },
-            Load { input: 1 },
-            bin(BinaryOp::Sub, 0, 1),
-            Store {
-                output: 0,
-                value: 2,
-            },
-        ],
+        vec![load(0), load(1), bin(BinaryOp::Sub, 0, 1), store(0, 2)],
     );
-    check(
-        &client,
-        "transposed",
-        &k,
-        &[3, 4],
-        &[t, contiguous(&[3, 4], 5, -1.0, 1.0)],
-        &[],
-    );
+    let y = contiguous(&[3, 4], 5, -1.0, 1.0);
+    check(&client, "transposed", &sub, &[3, 4], &[t, y], &[]);
 
     // Two outputs, activations, rank 3.
-    let k = kernel(
-        3,
-        vec![vec![false, false, false]],
-        2,
-        0,
-        vec![
-            Load { input: 0 },
-            un(UnaryOp::Gelu, 0),
-            un(UnaryOp::Sigmoid, 1),
-            un(UnaryOp::Tanh, 0),
-            bin(BinaryOp::Add, 3, 1),
-            bin(BinaryOp::Div, 2, 4),
-            Store {
-                output: 0,
-                value: 1,
-            },
-            Store {
-                output: 1,
-                value: 5,
-            },
-        ],
-    );
+    let x = contiguous(&[2, 3, 5], 6, 0.1, 2.0);
     check(
         &client,
         "two_outputs",
-        &k,
+        &support::two_outputs(),
         &[2, 3, 5],
-        &[contiguous(&[2, 3, 5], 6, 0.1, 2.0)],
+        &[x],
         &[],
     );
 
     // Every unary op on its domain, every binary op.
-    for (i, op) in [
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Tanh,
-        UnaryOp::Erf,
-        UnaryOp::Recip,
-        UnaryOp::Abs,
-        UnaryOp::Cos,
-        UnaryOp::Sin,
-        UnaryOp::Relu,
-        UnaryOp::Sigmoid,
-        UnaryOp::Gelu,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, op) in UNARY_OPS.into_iter().enumerate() {
         let (lo, hi) = match op {
             UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Recip => (0.1, 3.0),
             _ => (-3.0, 3.0),
         };
-        let k = kernel(
-            1,
-            vec![vec![false]],
-            1,
-            0,
-            vec![
-                Load { input: 0 },
-                un(op, 0),
-                Store {
-                    output: 0,
-                    value: 1,
-                },
-            ],
-        );
-        check(
-            &client,
-            &format!("{op:?}"),
-            &k,
-            &[64],
-            &[contiguous(&[64], 10 + i as u64, lo, hi)],
-            &[],
-        );
+        let x = contiguous(&[64], 10 + i as u64, lo, hi);
+        check(&client, &format!("{op:?}"), &unary(op), &[64], &[x], &[]);
     }
-    for (i, op) in [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Powf,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let k = kernel(
-            1,
-            vec![vec![false], vec![false]],
-            1,
-            0,
-            vec![
-                Load { input: 0 },
-                Load { input: 1 },
-                bin(op, 0, 1),
-                Store {
-                    output: 0,
-                    value: 2,
-                },
-            ],
+    for (i, op) in BINARY_OPS.into_iter().enumerate() {
+        let (x, y) = (
+            contiguous(&[64], 30 + i as u64, 0.5, 2.0),
+            contiguous(&[64], 40 + i as u64, 0.5, 2.0),
         );
         check(
             &client,
             &format!("{op:?}"),
-            &k,
+            &binary(op),
             &[64],
-            &[
-                contiguous(&[64], 30 + i as u64, 0.5, 2.0),
-                contiguous(&[64], 40 + i as u64, 0.5, 2.0),
-            ],
+            &[x, y],
             &[],
         );
     }
