@@ -24,6 +24,10 @@ pub struct CompileConfig {
     pub detect_period: bool,
     /// Skip ops whose results are dropped unused (`BURN_COMPILE_DEAD_CODE`).
     pub dead_code_elimination: bool,
+    /// Fuse runs of elementwise ops into generated kernels where the inner backend can run
+    /// them (CubeCL backends: wgpu, CUDA); elsewhere every op runs on the inner backend
+    /// (`BURN_COMPILE_FUSION`).
+    pub fusion: bool,
     /// Record where in the user's code each break happened and keep readable listings of
     /// graphs (`BURN_COMPILE_DIAGNOSTICS`). Costs a backtrace per break; `explain` and
     /// `fullgraph` turn it on for their region.
@@ -41,6 +45,7 @@ impl Default for CompileConfig {
             max_graph_ops: 10_000,
             detect_period: true,
             dead_code_elimination: true,
+            fusion: true,
             diagnostics: false,
             async_execution: true,
         }
@@ -111,6 +116,9 @@ impl CompileConfig {
         }
         if let Some((k, v)) = get("BURN_COMPILE_DEAD_CODE") {
             self.dead_code_elimination = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_FUSION") {
+            self.fusion = parse_bool(&k, &v)?;
         }
         if let Some((k, v)) = get("BURN_COMPILE_DIAGNOSTICS") {
             self.diagnostics = parse_bool(&k, &v)?;
@@ -184,8 +192,10 @@ mod tests {
                 ("BURN_COMPILE_MAX_GRAPH_OPS", "64"),
                 ("BURN_COMPILE_DEAD_CODE", "off"),
                 ("BURN_COMPILE_ASYNC", "0"),
+                ("BURN_COMPILE_FUSION", "off"),
             ]))
             .unwrap();
+        assert!(!config.fusion);
         assert_eq!(config.max_graph_ops, 64);
         assert!(!config.dead_code_elimination);
         assert!(!config.async_execution);

@@ -20,6 +20,10 @@ pub struct GraphRecord {
     pub ops: usize,
     /// Steps of its plan that run work on the inner backend.
     pub launches: usize,
+    /// Generated (fused) kernels among the launches.
+    pub fused_kernels: usize,
+    /// Ops that run inside those kernels (each kernel replaces at least two).
+    pub fused_ops: usize,
     /// Ops removed as dead code.
     pub dead: usize,
     /// The plan came from the cache.

@@ -19,6 +19,10 @@ pub struct Explanation {
     pub break_reasons: Vec<GraphBreak>,
     /// Ops recorded in each graph (drops of tensors included).
     pub ops_per_graph: Vec<usize>,
+    /// Launches of each graph's plan: inner-backend ops plus generated kernels.
+    pub launches_per_graph: Vec<usize>,
+    /// Generated (fused) kernels over all graphs.
+    pub fused_kernels: usize,
     /// Time spent compiling each graph (zero for a cache hit).
     pub compile_times: Vec<Duration>,
     /// Graphs whose plan came from the cache.
@@ -39,6 +43,8 @@ impl Explanation {
             graph_break_count: break_reasons.len(),
             break_reasons,
             ops_per_graph: graphs.iter().map(|g| g.ops).collect(),
+            launches_per_graph: graphs.iter().map(|g| g.launches).collect(),
+            fused_kernels: graphs.iter().map(|g| g.fused_kernels).sum(),
             compile_times: graphs.iter().map(|g| g.compile_time).collect(),
             cache_hits: graphs.iter().filter(|g| g.cache_hit).count(),
             cache_misses: graphs.iter().filter(|g| !g.cache_hit).count(),
@@ -72,10 +78,12 @@ impl fmt::Display for Explanation {
             };
             writeln!(
                 f,
-                "graph {i}: key {}, {} ops, {} launched, {} dead, {}, ended by {ended}",
+                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops), {} dead, {}, ended by {ended}",
                 g.key,
                 g.ops,
                 g.launches,
+                g.fused_kernels,
+                g.fused_ops,
                 g.dead,
                 if g.cache_hit {
                     "cache hit".to_string()

@@ -56,3 +56,109 @@ fn wgpu_int_bool_and_indexing_match_eager() {
     ci.assert_eq(&ei, true);
     cy.assert_approx_eq::<f32>(&ey, support::wgpu::tol());
 }
+
+// Generated pointwise kernels: each case checks the kernel count of its graph (graph in →
+// exactly N kernels) and the values against eager `Wgpu`.
+
+use burn_compile::explain;
+use support::wgpu::tol;
+
+/// A bias broadcast over rows, a transposed (strided) input, a runtime scalar and a chain of
+/// unary ops: one generated kernel.
+fn chain<B: Backend>(x: Tensor<B, 2>, b: Tensor<B, 2>, s: f32) -> Tensor<B, 2> {
+    let t = x.clone().transpose();
+    ((x * s + b).exp() - t).tanh()
+}
+
+#[test]
+fn wgpu_pointwise_chain_is_one_kernel_and_matches_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let device = Default::default();
+    let (x, b) = (data([6, 6], 11), data([1, 6], 12));
+    let on = |d: &TensorData| Tensor::<C, 2>::from_data(d.clone(), &device);
+    let (xc, bc) = (on(&x), on(&b));
+    let (got, report) = explain(|| chain(xc.clone(), bc.clone(), 0.5).into_data());
+    // transpose (a view, run by the inner backend) + one kernel for mul/add/exp/sub/tanh.
+    assert_eq!(report.fused_kernels, 1, "{report}");
+    assert_eq!(report.graphs[0].fused_ops, 5, "{report}");
+    assert_eq!(report.launches_per_graph, vec![2], "{report}");
+    let eager = |s| {
+        let on = |d: &TensorData| Tensor::<Wgpu, 2>::from_data(d.clone(), &device);
+        chain(on(&x), on(&b), s).into_data()
+    };
+    got.assert_approx_eq::<f32>(&eager(0.5), tol());
+    // The inputs are only read: the user's tensors are intact.
+    xc.clone().into_data().assert_eq(&x, true);
+    bc.clone().into_data().assert_eq(&b, true);
+
+    // Same graph, other scalar: the cached plan's kernel takes the new value at replay.
+    let (got, report) = explain(|| chain(xc.clone(), bc.clone(), -1.25).into_data());
+    assert_eq!(report.cache_hits, 1, "{report}");
+    got.assert_approx_eq::<f32>(&eager(-1.25), tol());
+}
+
+/// An intermediate read after the run (by a reduction) and a value that outlives the graph are
+/// both written by the kernel; the rest stay in registers.
+fn two_outputs<B: Backend>(x: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 1>) {
+    let a = x.clone().exp();
+    let y = burn::tensor::activation::sigmoid(a.clone() * x) + 1.0;
+    (y, a.sum_dim(1).squeeze_dim(1))
+}
+
+#[test]
+fn wgpu_pointwise_outputs_read_later_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let device = Default::default();
+    let x = data([5, 7], 13);
+    let run = |x: &TensorData| {
+        let x = Tensor::<C, 2>::from_data(x.clone(), &device);
+        let (y, s) = two_outputs(x);
+        (y.into_data(), s.into_data())
+    };
+    let ((y, s), report) = explain(|| run(&x));
+    assert_eq!(report.fused_kernels, 1, "{report}");
+    assert_eq!(report.graphs[0].fused_ops, 4, "{report}");
+    let (ey, es) = two_outputs(Tensor::<Wgpu, 2>::from_data(x.clone(), &device));
+    y.assert_approx_eq::<f32>(&ey.into_data(), tol());
+    s.assert_approx_eq::<f32>(&es.into_data(), tol());
+}
+
+/// Fusion on the backward pass too: the gradients of a pointwise-heavy loss match eager.
+#[test]
+fn wgpu_pointwise_gradients_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(
+        x: TensorData,
+        b: TensorData,
+    ) -> Vec<TensorData> {
+        let device = Default::default();
+        let x = Tensor::<B, 2>::from_data(x, &device).require_grad();
+        let b = Tensor::<B, 2>::from_data(b, &device).require_grad();
+        let h = burn::tensor::activation::gelu((x.clone() + b.clone()) * 0.75);
+        let loss = ((h.clone().tanh() - burn::tensor::activation::sigmoid(h)) / 3.0)
+            .abs()
+            .add_scalar(0.1)
+            .sqrt()
+            .mean();
+        let g = loss.backward();
+        vec![
+            x.grad(&g).unwrap().into_data(),
+            b.grad(&g).unwrap().into_data(),
+        ]
+    }
+    let (x, b) = (data([6, 8], 14), data([1, 8], 15));
+    let (compiled, report) = explain(|| grads::<Autodiff<C>>(x.clone(), b.clone()));
+    assert!(
+        report.fused_kernels >= 2,
+        "forward and backward fuse: {report}"
+    );
+    for (c, e) in compiled.iter().zip(grads::<Autodiff<Wgpu>>(x, b)) {
+        c.assert_approx_eq::<f32>(&e, tol());
+    }
+}

@@ -1,14 +1,15 @@
 //! Scheduling: turns an analysed segment into a [`Plan`], the list of steps that the runtime
 //! replays every time the same graph comes back.
 //!
-//! At this stage every live operation is one step executed by the inner backend; fused kernels
-//! will become further [`Step`] kinds. A plan refers to operations by position, never by tensor
-//! id, so one plan serves every segment with the same key.
+//! A live operation is either one step executed by the inner backend, or part of a fused kernel
+//! ([`Step::Pointwise`]) when the target can generate kernels. A plan refers to operations by
+//! position, never by tensor id, so one plan serves every segment with the same key.
 
 mod pointwise;
 
 pub use pointwise::{
     BinaryOp, Instr, PointwiseGroup, PointwiseKernel, Slot, UnaryOp, pointwise_groups,
+    scalar_operand,
 };
 
 use burn_compile_graph::Activation;
@@ -26,15 +27,9 @@ pub enum Step {
     /// Operation `op` is dead: free the inputs it would have consumed in place (positions in
     /// `op.inputs()` order).
     Release { op: u32, inputs: Vec<u8> },
-}
-
-impl Step {
-    /// Position of the operation the step is about.
-    pub fn op(&self) -> u32 {
-        match self {
-            Step::Eager { op } | Step::Activation { op, .. } | Step::Release { op, .. } => *op,
-        }
-    }
+    /// Fused group `group` of [`Plan::pointwise`]: one generated kernel in place of its
+    /// operations, then the group's drops and consumed inputs are freed.
+    Pointwise { group: u32 },
 }
 
 /// What a cached graph replays.
@@ -46,16 +41,40 @@ pub struct Plan {
     pub ops: u32,
     /// Operations removed as dead code.
     pub dead: u32,
+    /// The fused pointwise groups, referred to by [`Step::Pointwise`].
+    pub pointwise: Vec<PointwiseGroup>,
 }
 
 impl Plan {
-    /// Number of steps that launch work on the inner backend.
+    /// Number of steps that launch work on the inner backend (a drop launches nothing but is
+    /// counted: it is one call into the backend).
     pub fn launches(&self) -> usize {
         self.steps
             .iter()
-            .filter(|s| matches!(s, Step::Eager { .. } | Step::Activation { .. }))
+            .filter(|s| !matches!(s, Step::Release { .. }))
             .count()
     }
+
+    /// Number of generated (fused) kernels.
+    pub fn fused_kernels(&self) -> usize {
+        self.pointwise.len()
+    }
+
+    /// Number of operations that run inside generated kernels.
+    pub fn fused_ops(&self) -> usize {
+        self.pointwise.iter().map(|g| g.ops.len()).sum()
+    }
+}
+
+/// What [`schedule`] may do.
+#[derive(Clone, Copy)]
+pub struct ScheduleOptions<'a> {
+    /// Skip operations whose results are never used.
+    pub dead_code_elimination: bool,
+    /// Fuse runs of elementwise operations into generated kernels, each kept only when the
+    /// target accepts it (e.g. its dtype has a kernel there). `None`: no fusion (a target that
+    /// cannot generate kernels, or fusion turned off).
+    pub pointwise: Option<&'a dyn Fn(&PointwiseKernel) -> bool>,
 }
 
 /// The step that runs live operation `op` (position `i`).
@@ -67,12 +86,38 @@ fn step(op: &OperationIr, i: u32) -> Step {
 }
 
 /// Builds the plan of a segment.
-pub fn schedule(ops: &[OperationIr]) -> Plan {
-    let Liveness { dead, releases } = dead_code(ops);
+pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
+    let Liveness { dead, releases } = if options.dead_code_elimination {
+        dead_code(ops)
+    } else {
+        Liveness {
+            dead: vec![false; ops.len()],
+            releases: Vec::new(),
+        }
+    };
+    let live: Vec<bool> = dead.iter().map(|d| !d).collect();
+    let pointwise: Vec<PointwiseGroup> = match options.pointwise {
+        Some(accepts) => pointwise_groups(ops, &live)
+            .into_iter()
+            .filter(|g| accepts(&g.kernel))
+            .collect(),
+        None => Vec::new(),
+    };
+    // Operations (and drops) that run inside a group; the group's step sits at its first op.
+    let mut in_group = vec![None; ops.len()];
+    for (g, group) in pointwise.iter().enumerate() {
+        for &i in group.ops.iter().chain(&group.drops) {
+            in_group[i as usize] = Some(g as u32);
+        }
+    }
     let mut releases = releases.into_iter().peekable();
     let mut steps = Vec::with_capacity(ops.len());
     for (i, is_dead) in dead.iter().enumerate() {
-        if !is_dead {
+        if let Some(group) = in_group[i] {
+            if pointwise[group as usize].ops[0] as usize == i {
+                steps.push(Step::Pointwise { group });
+            }
+        } else if !is_dead {
             steps.push(step(&ops[i], i as u32));
         } else if releases.peek().is_some_and(|(op, _)| *op as usize == i) {
             let (op, inputs) = releases.next().expect("peeked");
@@ -83,18 +128,6 @@ pub fn schedule(ops: &[OperationIr]) -> Plan {
         steps,
         ops: ops.len() as u32,
         dead: dead.iter().filter(|d| **d).count() as u32,
-    }
-}
-
-/// The plan that runs every recorded operation (dead-code elimination off).
-pub fn schedule_all(ops: &[OperationIr]) -> Plan {
-    Plan {
-        steps: ops
-            .iter()
-            .zip(0..ops.len() as u32)
-            .map(|(op, i)| step(op, i))
-            .collect(),
-        ops: ops.len() as u32,
-        dead: 0,
+        pointwise,
     }
 }

@@ -210,6 +210,23 @@ fn fusible(op: &OperationIr) -> Option<Fusible<'_>> {
     (float && same_dtype).then_some(f)
 }
 
+/// The scalar operand of a fusible `tensor op scalar` operation, as a float (the value a
+/// kernel's scalar argument takes at replay).
+pub fn scalar_operand(op: &OperationIr) -> Option<f64> {
+    let d = match op {
+        OperationIr::Float(_, FloatOperationIr::PowfScalar(d)) => d,
+        OperationIr::NumericFloat(
+            _,
+            NumericOperationIr::AddScalar(d)
+            | NumericOperationIr::SubScalar(d)
+            | NumericOperationIr::MulScalar(d)
+            | NumericOperationIr::DivScalar(d),
+        ) => d,
+        _ => return None,
+    };
+    Some(d.rhs.elem::<f64>())
+}
+
 /// `input` can be read at every position of `out`'s iteration space.
 fn broadcasts_to(input: &Shape, out: &Shape) -> bool {
     input.num_dims() == out.num_dims()

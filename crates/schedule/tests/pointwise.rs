@@ -84,16 +84,24 @@ fn groups(ops: &[OperationIr]) -> Vec<PointwiseGroup> {
     pointwise_groups(ops, &vec![true; ops.len()])
 }
 
-#[test]
-fn linear_bias_relu_is_one_kernel_writing_only_the_activation() {
-    // 3 = x(1) @ w(2); 5 = 3! + bias(4)[1, 8]; 6 = relu(5!); 7 = 6 @ w2(2)
+/// 3 = x(1) @ w(2); 5 = 3! + bias(4)[1, 8]; (drop 4;) 6 = relu(5!); 7 = 6 @ w2(2)
+fn linear_bias_relu(drop_bias: bool) -> Vec<OperationIr> {
     let (m, n) = (&[4, 8][..], &[1, 8][..]);
-    let ops = vec![
+    let mut ops = vec![
         matmul(t(1, &[4, 16], ReadOnly), t(2, &[16, 8], ReadOnly), m, 3),
         add(t(3, m, ReadWrite), t(4, n, ReadOnly), m, 5),
         relu(t(5, m, ReadWrite), 6),
         matmul(t(6, m, ReadWrite), t(2, &[8, 8], ReadOnly), m, 7),
     ];
+    if drop_bias {
+        ops.insert(2, drop_op(4, n));
+    }
+    ops
+}
+
+#[test]
+fn linear_bias_relu_is_one_kernel_writing_only_the_activation() {
+    let ops = linear_bias_relu(false);
     let g = groups(&ops);
     assert_eq!(g.len(), 1, "{g:#?}");
     let g = &g[0];
@@ -247,4 +255,67 @@ fn an_input_whose_last_use_is_a_later_read_in_the_run_is_consumed() {
     assert_eq!(g.len(), 1);
     assert_eq!(g[0].inputs, vec![Slot { op: 0, pos: 0 }]);
     assert_eq!(g[0].consumed, vec![true]);
+}
+
+// Plans: the fused group's step replaces its operations and drops.
+
+use burn_compile_schedule::{PointwiseKernel, ScheduleOptions, Step, schedule};
+
+fn plan_of(
+    ops: &[OperationIr],
+    pointwise: Option<&dyn Fn(&PointwiseKernel) -> bool>,
+) -> burn_compile_schedule::Plan {
+    let options = ScheduleOptions {
+        dead_code_elimination: true,
+        pointwise,
+    };
+    schedule(ops, options)
+}
+
+fn plan_with(ops: &[OperationIr], accepts: &dyn Fn(&PointwiseKernel) -> bool) -> Vec<Step> {
+    plan_of(ops, Some(accepts)).steps
+}
+
+#[test]
+fn a_plan_launches_one_kernel_for_a_fused_run() {
+    // The bias is dropped between the add and the ReLU.
+    let ops = linear_bias_relu(true);
+    let plan = plan_of(&ops, Some(&|_| true));
+    assert_eq!(
+        plan.steps,
+        vec![
+            Step::Eager { op: 0 },
+            Step::Pointwise { group: 0 },
+            Step::Eager { op: 4 },
+        ]
+    );
+    assert_eq!(
+        plan.pointwise[0].drops,
+        vec![2],
+        "the drop runs with the group"
+    );
+    assert_eq!(
+        (plan.launches(), plan.fused_kernels(), plan.fused_ops()),
+        (3, 1, 2)
+    );
+}
+
+#[test]
+fn a_kernel_the_target_refuses_runs_op_by_op() {
+    let s = &[3, 5][..];
+    let ops = vec![
+        exp(t(1, s, ReadOnly), 2),
+        mul_scalar(t(2, s, ReadWrite), 0.5, 3),
+    ];
+    // e.g. a dtype without a kernel on this target.
+    let refused = plan_with(&ops, &|_| false);
+    assert_eq!(refused, vec![Step::Eager { op: 0 }, Step::Eager { op: 1 }]);
+    // No target, or fusion off.
+    let off = plan_of(&ops, None);
+    assert_eq!(off.steps, refused);
+    assert!(off.pointwise.is_empty());
+    assert_eq!(
+        plan_with(&ops, &|_| true),
+        vec![Step::Pointwise { group: 0 }]
+    );
 }

@@ -407,7 +407,15 @@ impl<B: BackendIr> Shared<B> {
             }
         }
         let diagnostics_on = diagnostics::wanted(config.diagnostics);
-        let (plan, mut record) = cache.plan(key, &ops, config, diagnostics_on);
+        let kernels = self.executor.inner().kernels();
+        let accepts = kernels.map(|k| move |kernel: &_| k.accepts(kernel));
+        let (plan, mut record) = cache.plan(
+            key,
+            &ops,
+            config,
+            diagnostics_on,
+            accepts.as_ref().map(|f| f as _),
+        );
         self.executor
             .submit(ops, plan, thread, config.async_execution);
         if let Some(spent) = self.executor.take_spent() {

@@ -8,7 +8,7 @@ use crate::capture::{BreakReason, GraphBreak};
 use crate::config::CompileConfig;
 use crate::diagnostics::GraphRecord;
 use burn_compile_graph::{Activation, GraphKey, op_listing};
-use burn_compile_schedule::{Plan, Step, schedule, schedule_all};
+use burn_compile_schedule::{Plan, PointwiseKernel, ScheduleOptions, Step, schedule};
 use burn_ir::{BackendIr, OperationIr};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -18,12 +18,14 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct PlanConfig {
     dead_code_elimination: bool,
+    fusion: bool,
 }
 
 impl From<&CompileConfig> for PlanConfig {
     fn from(c: &CompileConfig) -> Self {
         Self {
             dead_code_elimination: c.dead_code_elimination,
+            fusion: c.fusion,
         }
     }
 }
@@ -35,24 +37,26 @@ pub(crate) struct PlanCache {
 
 impl PlanCache {
     /// Finds or builds the plan of a closed graph; the record describes the graph for
-    /// diagnostics (its break is filled in by the caller).
+    /// diagnostics (its break is filled in by the caller). `accepts` says which generated
+    /// kernels the device can run (`None`: none, every op runs on the inner backend).
     pub fn plan(
         &mut self,
         key: GraphKey,
         ops: &[OperationIr],
         config: &CompileConfig,
         diagnostics: bool,
+        accepts: Option<&dyn Fn(&PointwiseKernel) -> bool>,
     ) -> (Arc<Plan>, GraphRecord) {
         let cache_key = (key, PlanConfig::from(config));
         let (plan, cache_hit, compile_time) = match self.plans.get(&cache_key) {
             Some(plan) => (plan.clone(), true, Duration::ZERO),
             None => {
                 let start = Instant::now();
-                let plan = Arc::new(if config.dead_code_elimination {
-                    schedule(ops)
-                } else {
-                    schedule_all(ops)
-                });
+                let options = ScheduleOptions {
+                    dead_code_elimination: config.dead_code_elimination,
+                    pointwise: accepts.filter(|_| config.fusion),
+                };
+                let plan = Arc::new(schedule(ops, options));
                 let elapsed = start.elapsed();
                 self.plans.insert(cache_key, plan.clone());
                 (plan, false, elapsed)
@@ -63,6 +67,8 @@ impl PlanCache {
             key,
             ops: plan.ops as usize,
             launches: plan.launches(),
+            fused_kernels: plan.fused_kernels(),
+            fused_ops: plan.fused_ops(),
             dead: plan.dead as usize,
             cache_hit,
             compile_time,
@@ -86,7 +92,8 @@ impl PlanCache {
 
 /// Replays a plan over the recorded ops of one graph; returns the emptied vector.
 ///
-/// Each step names its op by position; ops without a step are dead and are dropped unexecuted.
+/// Each step names its op (or fused group) by position; ops without a step are dead, or run
+/// inside a fused kernel, and are dropped unexecuted.
 /// Ops are read in place, never moved: they are large (616 bytes) and were written by the
 /// recording thread, so every byte copied here is a cache miss on the execution thread.
 pub(crate) fn execute<B: BackendIr>(
@@ -95,12 +102,14 @@ pub(crate) fn execute<B: BackendIr>(
     plan: &Plan,
 ) -> Vec<OperationIr> {
     for step in &plan.steps {
-        let op = &ops[step.op() as usize];
         match step {
-            Step::Eager { .. } => inner.execute(op),
-            Step::Activation { kind, .. } => super::activation::run(inner, op, *kind),
-            Step::Release { inputs, .. } => {
-                for (pos, input) in op.inputs().enumerate() {
+            Step::Eager { op } => inner.execute(&ops[*op as usize]),
+            Step::Activation { op, kind } => {
+                super::activation::run(inner, &ops[*op as usize], *kind)
+            }
+            Step::Pointwise { group } => inner.pointwise(&ops, &plan.pointwise[*group as usize]),
+            Step::Release { op, inputs } => {
+                for (pos, input) in ops[*op as usize].inputs().enumerate() {
                     if inputs.contains(&(pos as u8)) {
                         inner.release(input.id);
                     }

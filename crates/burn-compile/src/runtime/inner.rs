@@ -6,14 +6,18 @@
 //! container usable: the tensors the failed op consumed are gone, as they would be in eager Burn,
 //! and every other tensor of the device is still there.
 
+use super::kernels::{KernelTarget, target_for};
 use burn_backend::{DType, ExecutionError, TensorData};
-use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorId, TensorIr};
+use burn_compile_schedule::{PointwiseGroup, scalar_operand};
+use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, TensorIr};
 use burn_std::future::DynFut;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pub(crate) struct InnerDevice<B: BackendIr> {
     device: B::Device,
     handles: Mutex<HandleContainer<B::Handle>>,
+    /// Launches generated kernels on the inner tensors, when the inner backend can.
+    kernels: Option<Arc<dyn KernelTarget<B::FloatTensorPrimitive>>>,
 }
 
 impl<B: BackendIr> InnerDevice<B> {
@@ -21,6 +25,66 @@ impl<B: BackendIr> InnerDevice<B> {
         Self {
             device,
             handles: Mutex::new(HandleContainer::new()),
+            kernels: target_for::<B::FloatTensorPrimitive>(),
+        }
+    }
+
+    /// The generated-kernel target of the inner backend, if it has one.
+    pub fn kernels(&self) -> Option<&dyn KernelTarget<B::FloatTensorPrimitive>> {
+        self.kernels.as_deref()
+    }
+
+    /// Runs a fused group's kernel in place of its operations (`ops` is the graph it was
+    /// scheduled from), then frees what the operations would have freed: inputs consumed in
+    /// the group and tensors dropped inside it.
+    pub fn pointwise(&self, ops: &[OperationIr], group: &PointwiseGroup) {
+        let target = self
+            .kernels
+            .as_deref()
+            .expect("a plan with fused kernels is only built for a kernel target");
+        let tensor = |slot: &burn_compile_schedule::Slot, inputs: bool| -> &TensorIr {
+            let op = &ops[slot.op as usize];
+            let mut it: Box<dyn Iterator<Item = &TensorIr>> = if inputs {
+                Box::new(op.inputs())
+            } else {
+                Box::new(op.outputs())
+            };
+            it.nth(slot.pos as usize)
+                .expect("slot within the operation")
+        };
+        let scalars: Vec<f64> = group
+            .scalars
+            .iter()
+            .map(|i| scalar_operand(&ops[*i as usize]).expect("a scalar operation"))
+            .collect();
+        let mut handles = self.handles();
+        let inputs: Vec<B::FloatTensorPrimitive> = group
+            .inputs
+            .iter()
+            .map(|slot| {
+                let t = tensor(slot, true);
+                let handle = handles.get_handle(&t.id, &burn_ir::TensorStatus::ReadOnly);
+                B::float_tensor(TensorHandle {
+                    handle,
+                    shape: t.shape.clone(),
+                })
+            })
+            .collect();
+        let outputs = target.pointwise(&group.kernel, &group.shape, &inputs, &scalars);
+        drop(inputs);
+        for (slot, out) in group.outputs.iter().zip(outputs) {
+            handles.register_handle(tensor(slot, false).id, B::float_tensor_handle(out));
+        }
+        for (slot, consumed) in group.inputs.iter().zip(&group.consumed) {
+            if *consumed {
+                handles.remove_handle(tensor(slot, true).id);
+            }
+        }
+        for d in &group.drops {
+            if let OperationIr::Drop(t) = &ops[*d as usize] {
+                // A dropped intermediate of the group was never materialized: nothing to free.
+                handles.remove_handle(t.id);
+            }
         }
     }
 

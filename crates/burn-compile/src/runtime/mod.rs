@@ -4,6 +4,7 @@ mod activation;
 mod cache;
 mod executor;
 mod inner;
+mod kernels;
 
 pub(crate) use cache::{PlanCache, execute, execute_one};
 pub(crate) use executor::Executor;
