@@ -16,16 +16,16 @@
 //! `burn_compile::mark_step()` (a no-op for the eager backend); `--no-mark-step` leaves the loops
 //! unmarked, so the compiled run relies on the size limit and loop-period detection instead.
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
-use burn::nn::activation::ActivationConfig;
-use burn::nn::transformer::{
-    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
-};
+use burn::module::Module;
+use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig};
+use burn::optim::AdamConfig;
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamConfig, GradientsParams, Optimizer};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use burn_compile::{BreakReason, Compiled, Explanation, Metrics, explain, mark_step, metrics};
+use burn_compile_examples::{
+    CollectWeights, encoder_config, forward, input_data, model_with, train_step,
+};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -52,7 +52,6 @@ type Ad<B> = burn::backend::Autodiff<B>;
 
 /// Max abs difference allowed between compiled and eager inference outputs.
 const TOLERANCE: f32 = 1e-3;
-const LEARNING_RATE: f64 = 1e-4;
 
 #[derive(Clone, Debug)]
 struct Sizes {
@@ -162,9 +161,7 @@ impl Sizes {
     }
 
     fn config(&self) -> TransformerEncoderConfig {
-        TransformerEncoderConfig::new(self.d_model, self.d_ff, self.heads, self.layers)
-            .with_dropout(0.0)
-            .with_activation(ActivationConfig::Relu)
+        encoder_config(self.d_model, self.d_ff, self.heads, self.layers)
     }
 }
 
@@ -175,82 +172,8 @@ const USAGE: &str = "usage: transformer_encoder [--small | --full] [--d-model N]
 // ---------------------------------------------------------------------------------------------
 // Identical weights and inputs on every backend.
 
-/// Collects the float parameters of a module, in visiting order.
-struct CollectWeights(Vec<TensorData>);
-
-impl<B: Backend> ModuleVisitor<B> for CollectWeights {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.0.push(param.val().into_data());
-    }
-}
-
-/// Replaces the float parameters of a module (same structure) by the collected ones.
-struct LoadWeights<B: Backend> {
-    weights: std::vec::IntoIter<TensorData>,
-    device: B::Device,
-}
-
-impl<B: Backend> ModuleMapper<B> for LoadWeights<B> {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let data = self.weights.next().expect("fewer weights than parameters");
-        let tensor = Tensor::<B, D>::from_data(data, &self.device);
-        assert_eq!(tensor.shape(), param.lazy_shape(), "weight shape mismatch");
-        let id = param.id;
-        param.transform_for_load(tensor, id)
-    }
-}
-
-fn model_with<B: Backend>(
-    sizes: &Sizes,
-    weights: &[TensorData],
-    device: &B::Device,
-) -> TransformerEncoder<B> {
-    let mut loader = LoadWeights::<B> {
-        #[allow(clippy::unnecessary_to_owned)] // the mapper owns its iterator
-        weights: weights.to_vec().into_iter(),
-        device: device.clone(),
-    };
-    let model = sizes.config().init::<B>(device).map(&mut loader);
-    assert!(
-        loader.weights.next().is_none(),
-        "more weights than parameters"
-    );
-    model
-}
-
-/// Reproducible values in [-1, 1).
-fn input_data(shape: [usize; 3], seed: u64) -> TensorData {
-    let mut state = seed.wrapping_mul(6364136223846793005) ^ 0x9E37_79B9_7F4A_7C15;
-    let n = shape.iter().product();
-    let values: Vec<f32> = (0..n)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
-        })
-        .collect();
-    TensorData::new(values, shape)
-}
-
 // ---------------------------------------------------------------------------------------------
 // The workload.
-
-fn forward<B: Backend>(model: &TransformerEncoder<B>, x: &Tensor<B, 3>) -> Tensor<B, 3> {
-    model.forward(TransformerEncoderInput::new(x.clone()))
-}
-
-fn train_step<B: AutodiffBackend, O: Optimizer<TransformerEncoder<B>, B>>(
-    model: TransformerEncoder<B>,
-    optim: &mut O,
-    x: &Tensor<B, 3>,
-) -> (TransformerEncoder<B>, Tensor<B::InnerBackend, 1>) {
-    let out = forward(&model, x);
-    let loss = out.square().mean();
-    let grads = GradientsParams::from_grads(loss.backward(), &model);
-    let model = optim.step(LEARNING_RATE, model, grads);
-    (model, loss.inner())
-}
 
 fn ms_per_iter(elapsed: Duration, iters: usize) -> f64 {
     elapsed.as_secs_f64() * 1e3 / iters as f64
@@ -278,11 +201,11 @@ impl<B: Backend> Workload<B> {
     fn new(sizes: &Sizes, weights: &[TensorData], input: &TensorData) -> Self {
         let device = B::Device::default();
         let x = Tensor::<B, 3>::from_data(input.clone(), &device);
-        let model = model_with::<B>(sizes, weights, &device);
+        let model = model_with::<B>(&sizes.config(), weights, &device);
         let output = forward(&model, &x).into_data();
         Self {
             xa: Tensor::from_data(input.clone(), &device),
-            train_model: Some(model_with::<Ad<B>>(sizes, weights, &device)),
+            train_model: Some(model_with::<Ad<B>>(&sizes.config(), weights, &device)),
             optim: AdamConfig::new().init(),
             mark_steps: sizes.mark_steps,
             output,

@@ -1,0 +1,313 @@
+//! W1 (the reference transformer encoder: d_model 512, 8 heads, 6 layers, d_ff 2048, ReLU,
+//! batch 32 × seq 128) for the benchmark table: inference and one training step (forward,
+//! `mean(out²)`, backward, Adam), per dtype and per system, one JSON line per figure.
+//!
+//! ```text
+//! # Burn eager CubeBackend<Cuda> and Compiled<CubeBackend<Cuda>>, f32 and bf16:
+//! CUDARC_CUDA_VERSION=13000 cargo build --release -p burn-compile-examples --example w1_bench --features cuda
+//! # Burn's own Fusion<CubeBackend<Cuda>> (its own build: with Burn's fusion on, the raw
+//! # CubeBackend cannot be an inner backend of ours):
+//! CUDARC_CUDA_VERSION=13000 cargo build --release -p burn-compile-examples --example w1_bench --features cuda-fusion
+//! # Locally, on wgpu (f32; add --small on a CPU Vulkan):
+//! cargo run --release -p burn-compile-examples --example w1_bench --features wgpu -- --small
+//! ```
+//!
+//! Flags: `--dtypes f32,bf16`, `--iters N` (timed, default 20), `--warmup N` (default 5),
+//! `--small` (a tiny encoder, for smoke tests), `--out FILE` (append the JSON lines there too).
+//! `BENCH_GPU` and `BENCH_DATE` fill the `gpu` and `date` fields.
+//!
+//! Timing (as the reference programs in shared/bench): the first call is timed alone, synced
+//! (`first_call_s`: autotune, kernel compilation, first graphs); then warm-up; then `iters`
+//! calls with outputs kept alive and one sync at the end (`ms`: mean per call). The compiled
+//! system's inference output is compared with eager's and the difference printed
+//! (`max_abs_diff_vs_eager`); a difference over the dtype's tolerance fails the run.
+
+use burn::module::Module;
+use burn::optim::AdamConfig;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData};
+use burn_compile_examples::{CollectWeights, encoder_config, forward, input_data, model_with};
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Instant;
+
+type Ad<B> = burn::backend::Autodiff<B>;
+
+#[cfg(all(feature = "cuda", not(feature = "cuda-fusion")))]
+mod systems {
+    pub type Inner<F> = burn_cuda::Cuda<F, i32>;
+    pub const RUNS: &[&str] = &["burn-eager", "burn-compile"];
+    pub const DTYPES: &str = "f32,bf16";
+}
+
+#[cfg(feature = "cuda-fusion")]
+mod systems {
+    pub type Inner<F> = burn_cuda::Cuda<F, i32>;
+    pub const RUNS: &[&str] = &["burn-fusion"];
+    pub const DTYPES: &str = "f32,bf16";
+}
+
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+mod systems {
+    pub type Inner<F> = burn_wgpu::Wgpu<F, i32, u32>;
+    pub const RUNS: &[&str] = &["burn-eager", "burn-compile"];
+    pub const DTYPES: &str = "f32";
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+mod systems {
+    pub type Inner<F> = burn_flex::Flex<F>;
+    pub const RUNS: &[&str] = &["burn-eager", "burn-compile"];
+    pub const DTYPES: &str = "f32";
+}
+
+use systems::{DTYPES, Inner, RUNS};
+
+struct Options {
+    dtypes: Vec<String>,
+    iters: usize,
+    warmup: usize,
+    small: bool,
+    out: Option<String>,
+}
+
+fn parse() -> Result<Options, String> {
+    let mut o = Options {
+        dtypes: DTYPES.split(',').map(String::from).collect(),
+        iters: 20,
+        warmup: 5,
+        small: false,
+        out: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--dtypes" => o.dtypes = value()?.split(',').map(String::from).collect(),
+            "--iters" => o.iters = value()?.parse().map_err(|e| format!("--iters: {e}"))?,
+            "--warmup" => o.warmup = value()?.parse().map_err(|e| format!("--warmup: {e}"))?,
+            "--out" => o.out = Some(value()?),
+            "--small" => o.small = true,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if o.iters == 0 {
+        return Err("--iters must be positive".into());
+    }
+    Ok(o)
+}
+
+/// One figure.
+struct Figure {
+    workload: &'static str,
+    dtype: String,
+    phase: &'static str,
+    system: &'static str,
+    ms: f64,
+    first_call_s: f64,
+    max_abs_diff_vs_eager: Option<f64>,
+}
+
+impl Figure {
+    fn json(&self) -> String {
+        let env = |k: &str| std::env::var(k).unwrap_or_else(|_| "unknown".into());
+        let mut line = format!(
+            "{{\"workload\":\"{}\",\"dtype\":\"{}\",\"phase\":\"{}\",\"system\":\"{}\",\"mode\":\"default\",\"ms\":{:.4},\"first_call_s\":{:.3},\"date\":\"{}\",\"gpu\":\"{}\"",
+            self.workload,
+            self.dtype,
+            self.phase,
+            self.system,
+            self.ms,
+            self.first_call_s,
+            env("BENCH_DATE"),
+            env("BENCH_GPU"),
+        );
+        if let Some(d) = self.max_abs_diff_vs_eager {
+            line.push_str(&format!(",\"max_abs_diff_vs_eager\":{d:.3e}"));
+        }
+        line.push('}');
+        line
+    }
+}
+
+struct Setup {
+    workload: &'static str,
+    config: burn::nn::transformer::TransformerEncoderConfig,
+    weights: Vec<TensorData>,
+    input: TensorData,
+    iters: usize,
+    warmup: usize,
+}
+
+/// Times `call` as described in the module docs: (first call in s, steady mean in ms).
+fn time<B: Backend, T>(
+    device: &B::Device,
+    iters: usize,
+    warmup: usize,
+    mut call: impl FnMut() -> T,
+) -> (f64, f64) {
+    let mark = || {
+        burn_compile::mark_step();
+        B::sync(device).expect("sync");
+    };
+    let start = Instant::now();
+    let first = call();
+    mark();
+    let first_s = start.elapsed().as_secs_f64();
+    drop(first);
+    for _ in 0..warmup {
+        let _ = call();
+        burn_compile::mark_step();
+    }
+    B::sync(device).expect("sync");
+    let mut outs = Vec::with_capacity(iters);
+    let start = Instant::now();
+    for _ in 0..iters {
+        outs.push(call());
+        // A step boundary: on the compiled system each iteration is the same cached graph.
+        burn_compile::mark_step();
+    }
+    B::sync(device).expect("sync");
+    (first_s, start.elapsed().as_secs_f64() * 1e3 / iters as f64)
+}
+
+/// Inference and training figures of backend `B`; returns them and the first forward output.
+fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Figure>, TensorData) {
+    let device = B::Device::default();
+    let x = Tensor::<B, 3>::from_data(s.input.clone(), &device);
+    let model = model_with::<B>(&s.config, &s.weights, &device);
+    let output = forward(&model, &x).into_data();
+    let (first, ms) = time::<B, _>(&device, s.iters, s.warmup, || forward(&model, &x));
+    let infer = Figure {
+        workload: s.workload,
+        dtype: dtype.into(),
+        phase: "infer",
+        system,
+        ms,
+        first_call_s: first,
+        max_abs_diff_vs_eager: None,
+    };
+
+    let xa = Tensor::<Ad<B>, 3>::from_data(s.input.clone(), &device);
+    let mut model = Some(model_with::<Ad<B>>(&s.config, &s.weights, &device));
+    let mut optim = AdamConfig::new().init();
+    let (first, ms) = time::<B, _>(&device, s.iters, s.warmup, || {
+        let (next, loss) =
+            burn_compile_examples::train_step(model.take().expect("model"), &mut optim, &xa);
+        model = Some(next);
+        loss
+    });
+    let train = Figure {
+        workload: s.workload,
+        dtype: dtype.into(),
+        phase: "train",
+        system,
+        ms,
+        first_call_s: first,
+        max_abs_diff_vs_eager: None,
+    };
+    (vec![infer, train], output)
+}
+
+fn max_abs_diff(a: &TensorData, b: &TensorData) -> f64 {
+    let a = a.clone().convert::<f32>().to_vec::<f32>().expect("floats");
+    let b = b.clone().convert::<f32>().to_vec::<f32>().expect("floats");
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs() as f64)
+        .fold(0.0, f64::max)
+}
+
+/// Every system of this build for element type `F`.
+fn run_dtype<F: burn::tensor::Element>(dtype: &str, s: &Setup) -> Result<Vec<Figure>, String>
+where
+    Inner<F>: Backend,
+    burn_compile::Compiled<Inner<F>>: Backend,
+{
+    let mut figures = Vec::new();
+    let mut eager_output = None;
+    for system in RUNS {
+        let (mut f, output) = match *system {
+            "burn-compile" => measure::<burn_compile::Compiled<Inner<F>>>(system, dtype, s),
+            _ => measure::<Inner<F>>(system, dtype, s),
+        };
+        if *system == "burn-eager" {
+            eager_output = Some(output);
+        } else if let Some(eager) = &eager_output {
+            let diff = max_abs_diff(eager, &output);
+            // Eager and compiled differ by reduction order only (and bf16 rounding).
+            let tolerance = if dtype == "bf16" { 0.1 } else { 1e-3 };
+            if diff > tolerance {
+                return Err(format!(
+                    "{system} {dtype}: inference output differs from eager by {diff:e} > {tolerance:e}"
+                ));
+            }
+            f[0].max_abs_diff_vs_eager = Some(diff);
+        }
+        figures.extend(f);
+    }
+    Ok(figures)
+}
+
+fn main() -> ExitCode {
+    let options = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!(
+                "error: {e}\nusage: w1_bench [--dtypes f32,bf16] [--iters N] [--warmup N] [--small] [--out FILE]"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let (config, shape) = if options.small {
+        (encoder_config(64, 128, 4, 2), [4, 16, 64])
+    } else {
+        (encoder_config(512, 2048, 8, 6), [32, 128, 512])
+    };
+    let weights = {
+        let mut collect = CollectWeights(Vec::new());
+        config
+            .init::<burn_flex::Flex>(&Default::default())
+            .visit(&mut collect);
+        collect.0
+    };
+    let setup = Setup {
+        workload: if options.small { "W1-small" } else { "W1" },
+        config,
+        weights,
+        input: input_data(shape, 42),
+        iters: options.iters,
+        warmup: options.warmup,
+    };
+    let mut out = options.out.as_ref().map(|path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap_or_else(|e| panic!("cannot open {path}: {e}"))
+    });
+    for dtype in &options.dtypes {
+        let figures = match dtype.as_str() {
+            "f32" => run_dtype::<f32>("f32", &setup),
+            // Burn's CPU backend is instantiated for f32 only here.
+            #[cfg(any(feature = "wgpu", feature = "cuda"))]
+            "bf16" => run_dtype::<burn::tensor::bf16>("bf16", &setup),
+            other => Err(format!("unknown dtype {other:?} (this build: {DTYPES})")),
+        };
+        let figures = match figures {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        for f in figures {
+            let line = f.json();
+            println!("{line}");
+            if let Some(file) = out.as_mut() {
+                writeln!(file, "{line}").expect("write results");
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
