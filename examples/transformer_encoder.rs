@@ -343,6 +343,8 @@ fn max_abs_diff(a: &TensorData, b: &TensorData) -> f32 {
 }
 
 fn main() -> ExitCode {
+    // BURN_COMPILE_LOGS=graph_breaks,recompiles,graphs,output_code (see the README).
+    burn_compile::init_logs();
     let sizes = match Sizes::parse(std::env::args().skip(1)) {
         Ok(s) => s,
         Err(e) => {

@@ -35,6 +35,8 @@ type Ad<B> = burn::backend::Autodiff<B>;
 
 #[cfg(all(feature = "cuda", not(feature = "cuda-fusion")))]
 mod systems {
+    pub trait Elem: burn_cubecl::FloatElement {}
+    impl<T: burn_cubecl::FloatElement> Elem for T {}
     pub type Inner<F> = burn_cuda::Cuda<F, i32>;
     pub const RUNS: &[&str] = &["burn-eager", "burn-compile"];
     pub const DTYPES: &str = "f32,bf16";
@@ -42,6 +44,8 @@ mod systems {
 
 #[cfg(feature = "cuda-fusion")]
 mod systems {
+    pub trait Elem: burn_cubecl::FloatElement {}
+    impl<T: burn_cubecl::FloatElement> Elem for T {}
     pub type Inner<F> = burn_cuda::Cuda<F, i32>;
     pub const RUNS: &[&str] = &["burn-fusion"];
     pub const DTYPES: &str = "f32,bf16";
@@ -49,6 +53,8 @@ mod systems {
 
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
 mod systems {
+    pub trait Elem: burn_cubecl::FloatElement {}
+    impl<T: burn_cubecl::FloatElement> Elem for T {}
     pub type Inner<F> = burn_wgpu::Wgpu<F, i32, u32>;
     pub const RUNS: &[&str] = &["burn-eager", "burn-compile"];
     pub const DTYPES: &str = "f32";
@@ -56,12 +62,14 @@ mod systems {
 
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 mod systems {
+    pub trait Elem: burn::tensor::Element {}
+    impl<T: burn::tensor::Element> Elem for T {}
     pub type Inner<F> = burn_flex::Flex<F>;
     pub const RUNS: &[&str] = &["burn-eager", "burn-compile"];
     pub const DTYPES: &str = "f32";
 }
 
-use systems::{DTYPES, Inner, RUNS};
+use systems::{DTYPES, Elem, Inner, RUNS};
 
 struct Options {
     dtypes: Vec<String>,
@@ -219,7 +227,7 @@ fn max_abs_diff(a: &TensorData, b: &TensorData) -> f64 {
 }
 
 /// Every system of this build for element type `F`.
-fn run_dtype<F: burn::tensor::Element>(dtype: &str, s: &Setup) -> Result<Vec<Figure>, String>
+fn run_dtype<F: Elem>(dtype: &str, s: &Setup) -> Result<Vec<Figure>, String>
 where
     Inner<F>: Backend,
     burn_compile::Compiled<Inner<F>>: Backend,

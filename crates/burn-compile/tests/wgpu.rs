@@ -99,8 +99,8 @@ fn wgpu_pointwise_chain_is_one_kernel_and_matches_eager() {
     got.assert_approx_eq::<f32>(&eager(-1.25), tol());
 }
 
-/// An intermediate read after the run (by a reduction) and a value that outlives the graph are
-/// both written by the kernel; the rest stay in registers.
+/// A value that outlives the graph and a row sum of an intermediate: one row kernel writes
+/// both (the sum as a row output); the rest stay in registers.
 fn two_outputs<B: Backend>(x: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 1>) {
     let a = x.clone().exp();
     let y = burn::tensor::activation::sigmoid(a.clone() * x) + 1.0;
@@ -120,8 +120,9 @@ fn wgpu_pointwise_outputs_read_later_match_eager() {
         (y.into_data(), s.into_data())
     };
     let ((y, s), report) = explain(|| run(&x));
+    // exp, mul, sigmoid, +1 and the row sum; the squeeze is a view after the kernel.
     assert_eq!(report.fused_kernels, 1, "{report}");
-    assert_eq!(report.graphs[0].fused_ops, 4, "{report}");
+    assert_eq!(report.graphs[0].fused_ops, 5, "{report}");
     let (ey, es) = two_outputs(Tensor::<Wgpu, 2>::from_data(x.clone(), &device));
     y.assert_approx_eq::<f32>(&ey.into_data(), tol());
     s.assert_approx_eq::<f32>(&es.into_data(), tol());
@@ -159,6 +160,94 @@ fn wgpu_pointwise_gradients_match_eager() {
         "forward and backward fuse: {report}"
     );
     for (c, e) in compiled.iter().zip(grads::<Autodiff<Wgpu>>(x, b)) {
+        c.assert_approx_eq::<f32>(&e, tol());
+    }
+}
+
+// Row kernels: reductions over the last dimension fused with what comes before and after.
+
+/// A residual add, Burn's `LayerNorm` (γ, β from data), an attention-style scale and a softmax.
+fn norm_softmax<B: Backend>(
+    x: Tensor<B, 3>,
+    r: Tensor<B, 3>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+) -> Tensor<B, 3> {
+    let device = x.device();
+    let mut ln = burn::nn::LayerNormConfig::new(24).init::<B>(&device);
+    ln.gamma = burn::module::Param::from_tensor(gamma);
+    ln.beta = ln.beta.map(|_| burn::module::Param::from_tensor(beta));
+    burn::tensor::activation::softmax(ln.forward(x + r) * 0.5, 2)
+}
+
+#[test]
+fn wgpu_layer_norm_and_softmax_are_one_row_kernel_and_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let device = Default::default();
+    let (x, r) = (
+        support::float_data(&[3, 5, 24], 21, -2.0, 2.0),
+        support::float_data(&[3, 5, 24], 22, -1.0, 1.0),
+    );
+    let (g, b) = (
+        support::float_data(&[24], 23, 0.5, 1.5),
+        support::float_data(&[24], 24, -0.5, 0.5),
+    );
+    fn run<B: Backend>(d: [&TensorData; 4], device: &B::Device) -> Tensor<B, 3> {
+        let t3 = |d: &TensorData| Tensor::<B, 3>::from_data(d.clone(), device);
+        let t1 = |d: &TensorData| Tensor::<B, 1>::from_data(d.clone(), device);
+        norm_softmax(t3(d[0]), t3(d[1]), t1(d[2]), t1(d[3]))
+    }
+    let data = [&x, &r, &g, &b];
+    let inputs = (
+        Tensor::<C, 3>::from_data(x.clone(), &device),
+        Tensor::<C, 3>::from_data(r.clone(), &device),
+    );
+    let (got, report) = explain(|| {
+        let t1 = |d: &TensorData| Tensor::<C, 1>::from_data(d.clone(), &device);
+        norm_softmax(inputs.0.clone(), inputs.1.clone(), t1(&g), t1(&b)).into_data()
+    });
+    // add, mean, sub, square, mean, +ε, sqrt, div, ·γ, +β, ·0.5, softmax: one kernel.
+    assert_eq!(report.fused_kernels, 1, "{report}");
+    assert!(report.graphs[0].fused_ops >= 12, "{report}");
+    got.assert_approx_eq::<f32>(&run::<Wgpu>(data, &device).into_data(), tol());
+    inputs.0.into_data().assert_eq(&x, true);
+}
+
+/// The layer norm's backward (reductions over rows, row values broadcast back) fuses too.
+#[test]
+fn wgpu_row_kernel_gradients_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(d: [&TensorData; 4]) -> Vec<TensorData> {
+        let device = Default::default();
+        let t3 = |d: &TensorData| Tensor::<B, 3>::from_data(d.clone(), &device).require_grad();
+        let t1 = |d: &TensorData| Tensor::<B, 1>::from_data(d.clone(), &device).require_grad();
+        let (x, r, g, b) = (t3(d[0]), t3(d[1]), t1(d[2]), t1(d[3]));
+        let y = norm_softmax(x.clone(), r.clone(), g.clone(), b.clone());
+        let loss = (y * Tensor::<B, 3>::from_data(d[0].clone(), &device)).sum();
+        let gr = loss.backward();
+        vec![
+            x.grad(&gr).unwrap().into_data(),
+            r.grad(&gr).unwrap().into_data(),
+            g.grad(&gr).unwrap().into_data(),
+            b.grad(&gr).unwrap().into_data(),
+        ]
+    }
+    let (x, r) = (
+        support::float_data(&[3, 5, 24], 31, -2.0, 2.0),
+        support::float_data(&[3, 5, 24], 32, -1.0, 1.0),
+    );
+    let (g, b) = (
+        support::float_data(&[24], 33, 0.5, 1.5),
+        support::float_data(&[24], 34, -0.5, 0.5),
+    );
+    let data = [&x, &r, &g, &b];
+    let (compiled, report) = explain(|| grads::<Autodiff<C>>(data));
+    assert!(report.fused_kernels >= 3, "{report}");
+    for (c, e) in compiled.iter().zip(grads::<Autodiff<Wgpu>>(data)) {
         c.assert_approx_eq::<f32>(&e, tol());
     }
 }

@@ -1,13 +1,16 @@
 //! Launching a pointwise kernel on any CubeCL runtime.
 
-use crate::POINTWISE_CUBE;
 use crate::pointwise::pointwise;
+use crate::row::row;
+use crate::{POINTWISE_CUBE, cube_dim};
 use burn_compile_schedule::PointwiseKernel;
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 
 /// Launches `kernel` over `len` elements: `inputs` read through their own strides, `outputs`
-/// contiguous with the iteration shape (output 0 gives it), `scalars` in kernel order.
+/// contiguous with the iteration shape (output 0 gives it; for a row kernel, each output has
+/// the iteration shape or, for a row output, its row shape `[R…, 1]`), `scalars` in kernel
+/// order.
 ///
 /// # Safety
 /// The arguments must match the kernel: one tensor per kernel input and output, shapes of the
@@ -36,12 +39,30 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
         kernel.scalars as usize,
         "one value per scalar"
     );
-    let cube_dim = CubeDim::new_1d(POINTWISE_CUBE);
-    let cubes = len.div_ceil(POINTWISE_CUBE as usize) as u32;
-    let cube_count = CubeCount::Static(cubes.max(1), 1, 1);
+    let cube_dim = cube_dim(kernel);
     let inputs: SequenceArg<R, Tensor<E>> = inputs.into_iter().collect();
     let scalars: SequenceArg<R, E> = scalars.into_iter().collect();
     let outputs: SequenceArg<R, Tensor<E>> = outputs.into_iter().collect();
+    if let Some(layout) = &kernel.row {
+        // One cube per row; past 65535 (wgpu's limit per dimension) rows spill into y.
+        let rows: usize = layout.shape[..layout.shape.len() - 1].iter().product();
+        let x = rows.clamp(1, 65535);
+        let cube_count = CubeCount::Static(x as u32, rows.div_ceil(x) as u32, 1);
+        unsafe {
+            row::launch_unchecked::<E, R>(
+                client,
+                cube_count,
+                cube_dim,
+                inputs,
+                scalars,
+                outputs,
+                kernel.clone(),
+            );
+        }
+        return;
+    }
+    let cubes = len.div_ceil(POINTWISE_CUBE as usize) as u32;
+    let cube_count = CubeCount::Static(cubes.max(1), 1, 1);
     unsafe {
         pointwise::launch_unchecked::<E, R>(
             client,

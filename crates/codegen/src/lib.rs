@@ -7,6 +7,7 @@
 pub mod launch;
 pub mod offline;
 pub mod pointwise;
+pub mod row;
 
 pub use launch::launch_pointwise;
 
@@ -48,23 +49,42 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
     let client = OfflineRuntime::<Fl>::client(&StubDevice);
     // As `launch_pointwise` launches it: 32-bit addressing is the kernel macro's default.
     let settings = KernelSettings::default()
-        .cube_dim(CubeDim::new_1d(POINTWISE_CUBE))
+        .cube_dim(cube_dim(kernel))
         .address_type(AddressType::U32);
     let tensors = |n: usize| -> SequenceCompilationArg<Tensor<E>> {
         (0..n)
             .map(|_| TensorCompilationArg { inplace: None })
             .collect()
     };
-    let scalars: SequenceCompilationArg<E> = (0..kernel.scalars).map(|_| ()).collect();
-    let k = pointwise::pointwise::Pointwise::<E, OfflineRuntime<Fl>>::new(
-        settings,
-        client,
-        tensors(kernel.inputs.len()),
-        scalars,
-        tensors(kernel.outputs as usize),
-        kernel.clone(),
-    );
-    (k.define(), k.address_type())
+    let scalars = || -> SequenceCompilationArg<E> { (0..kernel.scalars).map(|_| ()).collect() };
+    let (inputs, outputs) = (kernel.inputs.len(), kernel.outputs as usize);
+    if kernel.row.is_some() {
+        let k = row::row::Row::<E, OfflineRuntime<Fl>>::new(
+            settings,
+            client,
+            tensors(inputs),
+            scalars(),
+            tensors(outputs),
+            kernel.clone(),
+        );
+        (k.define(), k.address_type())
+    } else {
+        let k = pointwise::pointwise::Pointwise::<E, OfflineRuntime<Fl>>::new(
+            settings,
+            client,
+            tensors(inputs),
+            scalars(),
+            tensors(outputs),
+            kernel.clone(),
+        );
+        (k.define(), k.address_type())
+    }
+}
+
+/// The cube shape a kernel is launched with: 256 units for a pointwise kernel, the layout's
+/// for a row kernel.
+pub fn cube_dim(kernel: &PointwiseKernel) -> CubeDim {
+    CubeDim::new_1d(kernel.row.as_ref().map_or(POINTWISE_CUBE, |r| r.cube))
 }
 
 /// The CUDA C++ source of `kernel`, as CubeCL's CUDA runtime compiles it (unchecked launch, fast

@@ -70,12 +70,14 @@ pub fn pointwise<F: Float + ScalarArgType>(
                 let out = outputs.index_mut(comptime![output as usize]);
                 out[pos] = v;
             }
+            // Row kernels only (`crate::row`): the scheduler never puts one here.
+            Instr::Reduce { .. } => {}
         }
     }
 }
 
 #[cube]
-fn unary<F: Float>(x: F, #[comptime] op: UnaryOp) -> F {
+pub(crate) fn unary<F: Float>(x: F, #[comptime] op: UnaryOp) -> F {
     match comptime![op] {
         UnaryOp::Exp => F::exp(x),
         UnaryOp::Log => F::ln(x),
@@ -96,7 +98,7 @@ fn unary<F: Float>(x: F, #[comptime] op: UnaryOp) -> F {
 }
 
 #[cube]
-fn binary<F: Float>(x: F, y: F, #[comptime] op: BinaryOp) -> F {
+pub(crate) fn binary<F: Float>(x: F, y: F, #[comptime] op: BinaryOp) -> F {
     match comptime![op] {
         BinaryOp::Add => x + y,
         BinaryOp::Sub => x - y,

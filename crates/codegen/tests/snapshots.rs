@@ -35,6 +35,19 @@ fn pointwise_two_outputs_and_activations() {
 }
 
 #[test]
+fn row_layer_norm() {
+    snapshot("row_layer_norm", &support::layer_norm(4096, 512));
+}
+
+#[test]
+fn row_softmax_with_row_output() {
+    snapshot(
+        "row_softmax_row_output",
+        &support::softmax_rows([32, 8, 128]),
+    );
+}
+
+#[test]
 fn every_unary_and_binary_op_compiles_on_both_targets() {
     for op in UNARY_OPS {
         let k = unary(op);

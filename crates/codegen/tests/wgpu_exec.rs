@@ -7,7 +7,7 @@
 mod support;
 
 use burn_compile_codegen::launch_pointwise;
-use burn_compile_schedule::{BinaryOp, Instr, PointwiseKernel, UnaryOp};
+use burn_compile_schedule::{BinaryOp, Instr, PointwiseKernel, ReduceOp, UnaryOp};
 use cubecl::CubeElement;
 use cubecl::prelude::*;
 use cubecl::zspace::{Shape, Strides};
@@ -105,6 +105,76 @@ fn eval_binary(op: BinaryOp, x: f64, y: f64) -> f64 {
     }
 }
 
+/// A row kernel's program evaluated on the host, in f64, row by row: each value is a vector
+/// over the row's columns (a row value repeats one number).
+fn row_reference(k: &PointwiseKernel, inputs: &[Input], scalars: &[f32]) -> Vec<Vec<f64>> {
+    let layout = k.row.as_ref().expect("row kernel");
+    let shape = &layout.shape;
+    let (rank, n) = (shape.len(), *shape.last().unwrap());
+    let rows: usize = shape[..rank - 1].iter().product();
+    let mut outs: Vec<Vec<f64>> = layout
+        .row_outputs
+        .iter()
+        .map(|r| vec![0.0; if *r { rows } else { rows * n }])
+        .collect();
+    for row in 0..rows {
+        let mut coords = vec![0; rank];
+        let mut rest = row;
+        for d in (0..rank - 1).rev() {
+            coords[d] = rest % shape[d];
+            rest /= shape[d];
+        }
+        let mut regs: Vec<Vec<f64>> = Vec::new();
+        for instr in &k.program {
+            let v: Vec<f64> = match *instr {
+                Instr::Load { input } => {
+                    let t = &inputs[input as usize];
+                    (0..n)
+                        .map(|col| {
+                            coords[rank - 1] = col;
+                            let offset: usize = (0..rank)
+                                .filter(|d| !k.inputs[input as usize][*d])
+                                .map(|d| coords[d] * t.strides[d])
+                                .sum();
+                            t.data[offset] as f64
+                        })
+                        .collect()
+                }
+                Instr::Scalar { index } => vec![scalars[index as usize] as f64; n],
+                Instr::Unary { op, a } => regs[a as usize]
+                    .iter()
+                    .map(|x| eval_unary(op, *x))
+                    .collect(),
+                Instr::Binary { op, a, b } => regs[a as usize]
+                    .iter()
+                    .zip(&regs[b as usize])
+                    .map(|(x, y)| eval_binary(op, *x, *y))
+                    .collect(),
+                Instr::Reduce { op, a } => {
+                    let x = &regs[a as usize];
+                    let r = match op {
+                        ReduceOp::Sum => x.iter().sum(),
+                        ReduceOp::Mean => x.iter().sum::<f64>() / n as f64,
+                        ReduceOp::Max => x.iter().cloned().fold(f64::MIN, f64::max),
+                    };
+                    vec![r; n]
+                }
+                Instr::Store { output, value } => {
+                    let v = &regs[value as usize];
+                    if layout.row_outputs[output as usize] {
+                        outs[output as usize][row] = v[0];
+                    } else {
+                        outs[output as usize][row * n..(row + 1) * n].copy_from_slice(v);
+                    }
+                    continue;
+                }
+            };
+            regs.push(v);
+        }
+    }
+    outs
+}
+
 /// The program evaluated on the host, in f64: one vector per output.
 #[allow(clippy::needless_range_loop)] // `pos` indexes every output
 fn reference(
@@ -138,6 +208,7 @@ fn reference(
                 Instr::Binary { op, a, b } => {
                     regs.push(eval_binary(op, regs[a as usize], regs[b as usize]))
                 }
+                Instr::Reduce { .. } => unreachable!("pointwise kernels have no reductions"),
                 Instr::Store { output, value } => outs[output as usize][pos] = regs[value as usize],
             }
         }
@@ -159,8 +230,21 @@ fn check(
         .iter()
         .map(|i| client.create_from_slice(f32::as_bytes(&i.data)))
         .collect();
-    let outputs: Vec<_> = (0..k.outputs).map(|_| client.empty(len * 4)).collect();
-    let out_strides = contiguous(shape, 0, 0.0, 1.0).strides;
+    // Each output's shape: the iteration shape, or a row kernel's row shape `[R…, 1]`.
+    let out_shapes: Vec<Vec<usize>> = (0..k.outputs as usize)
+        .map(|o| match &k.row {
+            Some(layout) if layout.row_outputs[o] => {
+                let mut s = shape.to_vec();
+                *s.last_mut().unwrap() = 1;
+                s
+            }
+            _ => shape.to_vec(),
+        })
+        .collect();
+    let outputs: Vec<_> = out_shapes
+        .iter()
+        .map(|s| client.empty(s.iter().product::<usize>() * 4))
+        .collect();
     let arg = |h: &cubecl::server::Handle, shape: &[usize], strides: &[usize]| unsafe {
         TensorArg::<WgpuRuntime>::from_raw_parts(
             h.clone(),
@@ -180,12 +264,16 @@ fn check(
             scalars.to_vec(),
             outputs
                 .iter()
-                .map(|h| arg(h, shape, &out_strides))
+                .zip(&out_shapes)
+                .map(|(h, s)| arg(h, s, &contiguous(s, 0, 0.0, 1.0).strides))
                 .collect(),
             len,
         );
     }
-    let want = reference(k, shape, inputs, scalars);
+    let want = match k.row {
+        Some(_) => row_reference(k, inputs, scalars),
+        None => reference(k, shape, inputs, scalars),
+    };
     for (o, handle) in outputs.into_iter().enumerate() {
         let bytes = client.read_one(handle).expect("read output");
         let got = f32::from_bytes(&bytes);
@@ -247,6 +335,19 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
         &[x],
         &[],
     );
+
+    // Row kernels: layer norm over rows longer than the cube (300 columns, 256 units), with
+    // broadcast γ and β; softmax over rank 3 with a row output, rows shorter than the cube.
+    let (x, g, b) = (
+        contiguous(&[6, 300], 7, -2.0, 2.0),
+        contiguous(&[1, 300], 8, 0.5, 1.5),
+        contiguous(&[1, 300], 9, -0.5, 0.5),
+    );
+    let ln = support::layer_norm(6, 300);
+    check(&client, "layer_norm", &ln, &[6, 300], &[x, g, b], &[1e-5]);
+    let x = contiguous(&[3, 5, 40], 10, -4.0, 4.0);
+    let sm = support::softmax_rows([3, 5, 40]);
+    check(&client, "softmax", &sm, &[3, 5, 40], &[x], &[]);
 
     // Every unary op on its domain, every binary op.
     for (i, op) in UNARY_OPS.into_iter().enumerate() {

@@ -8,8 +8,8 @@
 mod pointwise;
 
 pub use pointwise::{
-    BinaryOp, Instr, PointwiseGroup, PointwiseKernel, Slot, UnaryOp, pointwise_groups,
-    scalar_operand,
+    BinaryOp, Instr, PointwiseGroup, PointwiseKernel, ReduceOp, RowLayout, Slot, UnaryOp,
+    pointwise_groups, scalar_operand,
 };
 
 use burn_compile_graph::Activation;
@@ -103,10 +103,11 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
             .collect(),
         None => Vec::new(),
     };
-    // Operations (and drops) that run inside a group; the group's step sits at its first op.
+    // Operations (and drops, and hoisted views) that belong to a group; the group's steps sit
+    // at its first op: the hoisted views, then the kernel.
     let mut in_group = vec![None; ops.len()];
     for (g, group) in pointwise.iter().enumerate() {
-        for &i in group.ops.iter().chain(&group.drops) {
+        for &i in group.ops.iter().chain(&group.drops).chain(&group.hoisted) {
             in_group[i as usize] = Some(g as u32);
         }
     }
@@ -114,7 +115,9 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
     let mut steps = Vec::with_capacity(ops.len());
     for (i, is_dead) in dead.iter().enumerate() {
         if let Some(group) = in_group[i] {
-            if pointwise[group as usize].ops[0] as usize == i {
+            let g = &pointwise[group as usize];
+            if g.ops[0] as usize == i {
+                steps.extend(g.hoisted.iter().map(|&h| step(&ops[h as usize], h)));
                 steps.push(Step::Pointwise { group });
             }
         } else if !is_dead {

@@ -2,6 +2,13 @@
 //! kernel that reads each input once, keeps intermediates in registers and writes only what is
 //! used after the run or outlives the graph.
 //!
+//! Row fusion extends it to reductions over the last dimension: a run over a shape `[R…, N]`
+//! may also hold reductions (sum, mean, max) of such tensors to `[R…, 1]`, elementwise ops on
+//! those row values, and ops mixing both (a row value broadcasts along the row). The run becomes
+//! one row kernel ([`RowLayout`]): one cube per row, reductions across the cube. Burn's layer
+//! norm (with the residual add before it) and softmax (captured whole, expanded here) are each
+//! one such kernel.
+//!
 //! The rules, chosen so that no reordering is ever needed (every operation of a group runs at the
 //! group's place in program order, and nothing between its first and last operation depends on
 //! it):
@@ -9,7 +16,10 @@
 //!   (they run after the kernel), any other operation does;
 //! - every operation of a group has the same output shape and float dtype, and each tensor input
 //!   has that dtype and the same rank, each dimension equal to the output's or 1 (broadcast);
-//! - a run of one operation is left to the inner backend's own kernel (nothing to fuse).
+//! - a run of one operation is left to the inner backend's own kernel (nothing to fuse);
+//! - a view operation (reshape, swap_dims, permute, expand) inside a run that reads nothing the
+//!   run has produced or read is hoisted: it runs on the inner backend just before the kernel,
+//!   and the run goes on (Burn's layer norm reshapes γ and β between its elementwise ops).
 //!
 //! Kernels refer to the graph by position (operation index, input or output position), never by
 //! tensor id, and carry no scalar values (scalars are runtime arguments, read from the recorded
@@ -52,6 +62,14 @@ pub enum BinaryOp {
     Powf,
 }
 
+/// A reduction over the last dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+}
+
 /// One instruction of a kernel program. Each value-producing instruction defines the next
 /// register (SSA: register `k` is the `k`-th value produced).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -78,6 +96,22 @@ pub enum Instr {
         output: u16,
         value: u16,
     },
+    /// Reduction of register `a` over the row (row kernels only): a row value.
+    Reduce {
+        op: ReduceOp,
+        a: u16,
+    },
+}
+
+/// How a row kernel walks its iteration space `[R…, N]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RowLayout {
+    /// The iteration shape (shapes are part of the graph key, so kernels specialize on them).
+    pub shape: Vec<usize>,
+    /// Units per cube (a power of two); each cube computes one row.
+    pub cube: u32,
+    /// Per output: a row value (shape `[R…, 1]`) rather than a full tensor.
+    pub row_outputs: Vec<bool>,
 }
 
 /// A fused elementwise kernel: what code generation needs, and nothing that changes between
@@ -95,6 +129,9 @@ pub struct PointwiseKernel {
     /// Number of scalar arguments.
     pub scalars: u16,
     pub program: Vec<Instr>,
+    /// `Some` for a row kernel (reductions over the last dimension, or row values).
+    #[serde(default)]
+    pub row: Option<RowLayout>,
 }
 
 /// Where a kernel input or output lives in the graph: operation `op`, position `pos` in its
@@ -112,6 +149,9 @@ pub struct PointwiseGroup {
     pub ops: Vec<u32>,
     /// Positions of the `Drop`s inside the run (they run after the kernel).
     pub drops: Vec<u32>,
+    /// Positions of the view operations hoisted out of the run (they run, in order, on the
+    /// inner backend just before the kernel).
+    pub hoisted: Vec<u32>,
     /// Kernel input `i` is the tensor read at `inputs[i]` (its first read in the group).
     pub inputs: Vec<Slot>,
     /// Kernel input `i` has its last use in the group (read `ReadWrite` there): the group
@@ -132,6 +172,10 @@ enum Compute<'a> {
     Binary(BinaryOp, &'a TensorIr, &'a TensorIr),
     /// `tensor op scalar`.
     Scalar(BinaryOp, &'a TensorIr),
+    /// Reduction over the last dimension (kept dimension of size 1).
+    Reduce(ReduceOp, &'a TensorIr),
+    /// Softmax over the last dimension (captured whole; expanded into row instructions).
+    Softmax(&'a TensorIr),
 }
 
 struct Fusible<'a> {
@@ -149,6 +193,15 @@ fn unary(op: UnaryOp, d: &UnaryOpIr) -> Option<Fusible<'_>> {
 fn binary(op: BinaryOp, d: &BinaryOpIr) -> Option<Fusible<'_>> {
     Some(Fusible {
         compute: Compute::Binary(op, &d.lhs, &d.rhs),
+        out: &d.out,
+    })
+}
+
+fn reduce(op: ReduceOp, d: &burn_ir::ReduceDimOpIr) -> Option<Fusible<'_>> {
+    let rank = d.input.shape.num_dims();
+    // Over the last dimension only, and a real one (a reduction of size 1 is a copy).
+    (rank >= 1 && d.axis == rank - 1 && d.input.shape[rank - 1] > 1).then_some(Fusible {
+        compute: Compute::Reduce(op, &d.input),
         out: &d.out,
     })
 }
@@ -186,6 +239,9 @@ fn fusible(op: &OperationIr) -> Option<Fusible<'_>> {
             NumericOperationIr::MulScalar(d) => scalar(BinaryOp::Mul, d),
             NumericOperationIr::DivScalar(d) => scalar(BinaryOp::Div, d),
             NumericOperationIr::Abs(d) => unary(UnaryOp::Abs, d),
+            NumericOperationIr::SumDim(d) => reduce(ReduceOp::Sum, d),
+            NumericOperationIr::MeanDim(d) => reduce(ReduceOp::Mean, d),
+            NumericOperationIr::MaxDim(d) => reduce(ReduceOp::Max, d),
             _ => None,
         },
         OperationIr::Custom(custom) => {
@@ -193,6 +249,16 @@ fn fusible(op: &OperationIr) -> Option<Fusible<'_>> {
                 Activation::Relu => UnaryOp::Relu,
                 Activation::Sigmoid => UnaryOp::Sigmoid,
                 Activation::Gelu => UnaryOp::Gelu,
+                Activation::Softmax { dim } => {
+                    let input = &custom.inputs[0];
+                    let rank = input.shape.num_dims();
+                    return (rank >= 1 && dim == rank - 1 && input.dtype.is_float()).then_some(
+                        Fusible {
+                            compute: Compute::Softmax(input),
+                            out: &custom.outputs[0],
+                        },
+                    );
+                }
                 _ => return None,
             };
             Some(Fusible {
@@ -204,7 +270,10 @@ fn fusible(op: &OperationIr) -> Option<Fusible<'_>> {
     }?;
     let float = f.out.dtype.is_float();
     let same_dtype = match f.compute {
-        Compute::Unary(_, a) | Compute::Scalar(_, a) => a.dtype == f.out.dtype,
+        Compute::Unary(_, a)
+        | Compute::Scalar(_, a)
+        | Compute::Reduce(_, a)
+        | Compute::Softmax(a) => a.dtype == f.out.dtype,
         Compute::Binary(_, a, b) => a.dtype == f.out.dtype && b.dtype == f.out.dtype,
     };
     (float && same_dtype).then_some(f)
@@ -227,6 +296,15 @@ pub fn scalar_operand(op: &OperationIr) -> Option<f64> {
     Some(d.rhs.elem::<f64>())
 }
 
+/// A view operation, cheap and independent of the values it reads: hoistable out of a run.
+fn is_view(op: &OperationIr) -> bool {
+    use burn_ir::BaseOperationIr::*;
+    matches!(
+        op,
+        OperationIr::BaseFloat(Reshape(_) | SwapDims(_) | Permute(_) | Expand(_))
+    )
+}
+
 /// `input` can be read at every position of `out`'s iteration space.
 fn broadcasts_to(input: &Shape, out: &Shape) -> bool {
     input.num_dims() == out.num_dims()
@@ -235,7 +313,10 @@ fn broadcasts_to(input: &Shape, out: &Shape) -> bool {
 
 fn tensors<'a>(c: &Compute<'a>) -> Vec<&'a TensorIr> {
     match *c {
-        Compute::Unary(_, a) | Compute::Scalar(_, a) => vec![a],
+        Compute::Unary(_, a)
+        | Compute::Scalar(_, a)
+        | Compute::Reduce(_, a)
+        | Compute::Softmax(a) => vec![a],
         Compute::Binary(_, a, b) => vec![a, b],
     }
 }
@@ -261,48 +342,141 @@ pub fn pointwise_groups(ops: &[OperationIr], live: &[bool]) -> Vec<PointwiseGrou
     }
 
     let mut groups = Vec::new();
-    let mut run: Vec<u32> = Vec::new();
-    let mut drops: Vec<u32> = Vec::new();
-    let mut current: Option<(Shape, DType)> = None;
-    let close = |run: &mut Vec<u32>, drops: &mut Vec<u32>, groups: &mut Vec<PointwiseGroup>| {
-        // Drops after the last fused op stay where they are.
-        let end = run.last().copied();
-        drops.retain(|d| end.is_some_and(|e| *d < e));
-        if run.len() >= 2 {
-            groups.push(build(ops, run, drops, &last_read, &ended));
-        }
-        run.clear();
-        drops.clear();
-    };
+    let mut run = Run::default();
     for (i, op) in ops.iter().enumerate() {
         let i = i as u32;
         if matches!(op, OperationIr::Drop(_)) {
-            if !run.is_empty() {
-                drops.push(i);
+            if !run.ops.is_empty() {
+                run.drops.push(i);
             }
             continue;
         }
-        // The iteration space (shape, dtype) of a fusible live operation.
-        let space = fusible(op)
-            .filter(|_| live[i as usize])
-            .filter(|f| {
-                tensors(&f.compute)
-                    .iter()
-                    .all(|t| broadcasts_to(&t.shape, &f.out.shape))
-            })
-            .map(|f| (f.out.shape.clone(), f.out.dtype));
-        match space {
-            Some(space) if !run.is_empty() && current.as_ref() == Some(&space) => run.push(i),
-            Some(space) => {
-                close(&mut run, &mut drops, &mut groups);
-                current = Some(space);
-                run.push(i);
+        // A fusible live operation, and the iteration space it starts when it opens a run.
+        let candidate = fusible(op).filter(|_| live[i as usize]).filter(|f| {
+            let space = match f.compute {
+                Compute::Reduce(..) => &tensors(&f.compute)[0].shape,
+                _ => &f.out.shape,
+            };
+            tensors(&f.compute)
+                .iter()
+                .all(|t| broadcasts_to(&t.shape, space))
+        });
+        match candidate {
+            Some(f) if run.accepts(&f) => run.push(op, i, &f),
+            Some(f) => {
+                run.close(ops, &last_read, &ended, &mut groups);
+                run.space = Some((space_of(&f), f.out.dtype));
+                run.push(op, i, &f);
             }
-            None => close(&mut run, &mut drops, &mut groups),
+            None if !run.ops.is_empty()
+                && live[i as usize]
+                && is_view(op)
+                && op.inputs().all(|t| !run.touched.contains(&t.id.value())) =>
+            {
+                run.hoisted.push(i)
+            }
+            None => run.close(ops, &last_read, &ended, &mut groups),
         }
     }
-    close(&mut run, &mut drops, &mut groups);
+    run.close(ops, &last_read, &ended, &mut groups);
     groups
+}
+
+/// The iteration space an operation opens a run with: its output's shape, or its input's for
+/// a reduction.
+fn space_of(f: &Fusible<'_>) -> Shape {
+    match f.compute {
+        Compute::Reduce(_, input) => input.shape.clone(),
+        _ => f.out.shape.clone(),
+    }
+}
+
+/// `shape` with its last dimension reduced to 1.
+fn row_shape(shape: &Shape) -> Shape {
+    let mut dims = shape.to_vec();
+    if let Some(last) = dims.last_mut() {
+        *last = 1;
+    }
+    Shape::from(dims)
+}
+
+/// The run being grown by [`pointwise_groups`].
+#[derive(Default)]
+struct Run {
+    ops: Vec<u32>,
+    drops: Vec<u32>,
+    hoisted: Vec<u32>,
+    /// Tensors read or written by the run's operations.
+    touched: FxHashSet<u64>,
+    /// The iteration space: shape and dtype.
+    space: Option<(Shape, DType)>,
+    /// The run holds a reduction or row values: a row kernel.
+    row: bool,
+}
+
+impl Run {
+    /// Whether `f` belongs to the current run: same dtype, and the run's shape (or, for an
+    /// elementwise op, the run's row shape `[R…, 1]`).
+    fn accepts(&self, f: &Fusible<'_>) -> bool {
+        let Some((shape, dtype)) = &self.space else {
+            return false;
+        };
+        if self.ops.is_empty() || *dtype != f.out.dtype {
+            return false;
+        }
+        match f.compute {
+            Compute::Reduce(..) => space_of(f) == *shape && f.out.shape == row_shape(shape),
+            _ => f.out.shape == *shape || f.out.shape == row_shape(shape),
+        }
+    }
+
+    fn push(&mut self, op: &OperationIr, i: u32, f: &Fusible<'_>) {
+        self.ops.push(i);
+        for t in op.inputs().chain(op.outputs()) {
+            self.touched.insert(t.id.value());
+        }
+        let shape = &self.space.as_ref().expect("a run has a space").0;
+        self.row |= matches!(f.compute, Compute::Reduce(..) | Compute::Softmax(_))
+            || (f.out.shape != *shape && f.out.shape == row_shape(shape));
+    }
+
+    /// Makes a group of the run when it has something to fuse; starts a new run.
+    fn close(
+        &mut self,
+        ops: &[OperationIr],
+        last_read: &FxHashMap<u64, u32>,
+        ended: &FxHashSet<u64>,
+        groups: &mut Vec<PointwiseGroup>,
+    ) {
+        // Drops and views after the last fused op stay where they are.
+        let end = self.ops.last().copied();
+        let inside = |p: &u32| end.is_some_and(|e| *p < e);
+        self.drops.retain(inside);
+        self.hoisted.retain(inside);
+        // A softmax alone is worth its own kernel (it is several inside the inner backend).
+        let softmax = self.ops.len() == 1
+            && fusible(&ops[self.ops[0] as usize])
+                .is_some_and(|f| matches!(f.compute, Compute::Softmax(_)));
+        if self.ops.len() >= 2 || softmax {
+            let (shape, _) = self.space.clone().expect("a run has a space");
+            let mut group = build(
+                ops,
+                &self.ops,
+                &self.drops,
+                last_read,
+                ended,
+                &shape,
+                self.row,
+            );
+            group.hoisted = std::mem::take(&mut self.hoisted);
+            groups.push(group);
+        }
+        *self = Run::default();
+    }
+}
+
+fn binary_instr(op: BinaryOp, a: u16, b: u16) -> Instr {
+    Instr::Binary { op, a, b }
 }
 
 /// Builds the kernel of one run.
@@ -312,10 +486,12 @@ fn build(
     drops: &[u32],
     last_read: &FxHashMap<u64, u32>,
     ended: &FxHashSet<u64>,
+    shape: &Shape,
+    row: bool,
 ) -> PointwiseGroup {
     let end = *run.last().expect("non-empty run");
     let first = fusible(&ops[run[0] as usize]).expect("fusible");
-    let (shape, dtype) = (first.out.shape.clone(), first.out.dtype);
+    let (shape, dtype) = (shape.clone(), first.out.dtype);
 
     let mut program = Vec::new();
     // Register holding each tensor already in the kernel.
@@ -327,7 +503,9 @@ fn build(
     let mut broadcast = Vec::new();
     let mut scalars = Vec::new();
     let mut outputs = Vec::new();
-    let mut produced: Vec<(u64, Slot, u16)> = Vec::new();
+    // Each value the run produces: tensor id, where it is written, register, a row value.
+    let mut produced: Vec<(u64, Slot, u16, bool)> = Vec::new();
+    let row_of_space = row_shape(&shape);
 
     // Stores are appended after the loop, so while it runs every instruction is a value and the
     // new register is the instruction's position.
@@ -381,25 +559,69 @@ fn build(
                 let s = value(&mut program, Instr::Scalar { index });
                 value(&mut program, Instr::Binary { op: b, a: l, b: s })
             }
+            Compute::Reduce(op, a) => {
+                let a = operand(&mut program, a, 0);
+                value(&mut program, Instr::Reduce { op, a })
+            }
+            Compute::Softmax(x) => {
+                // exp(x - max(x)) / sum(exp(x - max(x))), as Burn's softmax computes it.
+                let x = operand(&mut program, x, 0);
+                let m = value(
+                    &mut program,
+                    Instr::Reduce {
+                        op: ReduceOp::Max,
+                        a: x,
+                    },
+                );
+                let d = value(&mut program, binary_instr(BinaryOp::Sub, x, m));
+                let e = value(
+                    &mut program,
+                    Instr::Unary {
+                        op: UnaryOp::Exp,
+                        a: d,
+                    },
+                );
+                let s = value(
+                    &mut program,
+                    Instr::Reduce {
+                        op: ReduceOp::Sum,
+                        a: e,
+                    },
+                );
+                value(&mut program, binary_instr(BinaryOp::Div, e, s))
+            }
         };
         let id = f.out.id.value();
         regs.insert(id, r);
-        produced.push((id, Slot { op: i, pos: 0 }, r));
+        let row_value = row && f.out.shape == row_of_space && row_of_space != shape;
+        produced.push((id, Slot { op: i, pos: 0 }, r, row_value));
     }
 
     // Outputs: what is read after the run, or outlives the graph.
-    for (id, slot, r) in produced {
+    let mut row_outputs = Vec::new();
+    for (id, slot, r, row_value) in produced {
         let read_later = last_read.get(&id).is_some_and(|l| *l > end);
         if read_later || !ended.contains(&id) {
             let output = outputs.len() as u16;
             outputs.push(slot);
+            row_outputs.push(row_value);
             program.push(Instr::Store { output, value: r });
         }
     }
+    let row = row.then(|| {
+        let columns = shape[shape.num_dims() - 1];
+        RowLayout {
+            shape: shape.to_vec(),
+            // Enough units to cover a short row in one step, at most 256.
+            cube: (columns.next_power_of_two() as u32).clamp(32, 256),
+            row_outputs,
+        }
+    });
 
     PointwiseGroup {
         ops: run.to_vec(),
         drops: drops.to_vec(),
+        hoisted: Vec::new(),
         kernel: PointwiseKernel {
             dtype,
             rank: shape.num_dims() as u8,
@@ -407,6 +629,7 @@ fn build(
             outputs: outputs.len() as u16,
             scalars: scalars.len() as u16,
             program,
+            row,
         },
         inputs,
         consumed,

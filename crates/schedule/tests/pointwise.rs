@@ -319,3 +319,236 @@ fn a_kernel_the_target_refuses_runs_op_by_op() {
         vec![Step::Pointwise { group: 0 }]
     );
 }
+
+fn mul(lhs: TensorIr, rhs: TensorIr, o: &[usize], id: u64) -> OperationIr {
+    OperationIr::NumericFloat(
+        DType::F32,
+        NumericOperationIr::Mul(BinaryOpIr {
+            lhs,
+            rhs,
+            out: out(id, o),
+        }),
+    )
+}
+
+fn reshape(input: TensorIr, o: &[usize], id: u64) -> OperationIr {
+    OperationIr::BaseFloat(burn_ir::BaseOperationIr::Reshape(burn_ir::ShapeOpIr {
+        input,
+        out: out(id, o),
+    }))
+}
+
+#[test]
+fn a_view_of_an_outside_tensor_is_hoisted_and_the_run_goes_on() {
+    // Burn's layer norm tail: 3 = 1! * 1; 5 = reshape(γ(4)) [1, 8]; 6 = 3! * 5!; 7 = 6! + 2.
+    let (m, r) = (&[4, 8][..], &[1, 8][..]);
+    let ops = vec![
+        mul(t(1, m, ReadOnly), t(1, m, ReadWrite), m, 3),
+        reshape(t(4, &[8], ReadOnly), r, 5),
+        mul(t(3, m, ReadWrite), t(5, r, ReadWrite), m, 6),
+        add(t(6, m, ReadWrite), t(2, m, ReadOnly), m, 7),
+    ];
+    let plan = plan_of(&ops, Some(&|_| true));
+    assert_eq!(plan.pointwise.len(), 1, "{plan:#?}");
+    assert_eq!(plan.pointwise[0].ops, vec![0, 2, 3]);
+    assert_eq!(plan.pointwise[0].hoisted, vec![1]);
+    assert_eq!(
+        plan.steps,
+        vec![Step::Eager { op: 1 }, Step::Pointwise { group: 0 }],
+        "the reshape runs before the kernel"
+    );
+    assert_eq!(plan.pointwise[0].consumed, vec![true, true, false]);
+}
+
+#[test]
+fn a_view_of_a_tensor_of_the_run_ends_it() {
+    // 2 = exp(1); 3 = exp(2); 4 = reshape(3) — reads the run's result: not hoisted.
+    let s = &[4, 8][..];
+    let ops = vec![
+        exp(t(1, s, ReadOnly), 2),
+        exp(t(2, s, ReadWrite), 3),
+        reshape(t(3, s, ReadWrite), &[8, 4], 4),
+        exp(t(4, &[8, 4], ReadWrite), 5),
+    ];
+    let plan = plan_of(&ops, Some(&|_| true));
+    assert_eq!(plan.pointwise.len(), 1);
+    assert!(plan.pointwise[0].hoisted.is_empty());
+    assert_eq!(
+        plan.steps,
+        vec![
+            Step::Pointwise { group: 0 },
+            Step::Eager { op: 2 },
+            Step::Eager { op: 3 }
+        ]
+    );
+}
+
+// Row kernels: reductions over the last dimension with their prologue and epilogue.
+
+fn numeric(
+    op: fn(BinaryOpIr) -> NumericOperationIr,
+    l: TensorIr,
+    r: TensorIr,
+    o: &[usize],
+    id: u64,
+) -> OperationIr {
+    OperationIr::NumericFloat(
+        DType::F32,
+        op(BinaryOpIr {
+            lhs: l,
+            rhs: r,
+            out: out(id, o),
+        }),
+    )
+}
+
+fn mean_dim(input: TensorIr, id: u64) -> OperationIr {
+    let mut shape = input.shape.to_vec();
+    let axis = shape.len() - 1;
+    shape[axis] = 1;
+    OperationIr::NumericFloat(
+        DType::F32,
+        NumericOperationIr::MeanDim(burn_ir::ReduceDimOpIr {
+            input,
+            out: out(id, &shape),
+            axis,
+            accumulator_len: 1,
+        }),
+    )
+}
+
+fn float_unary(op: fn(UnaryOpIr) -> FloatOperationIr, input: TensorIr, id: u64) -> OperationIr {
+    let shape = input.shape.to_vec();
+    OperationIr::Float(
+        DType::F32,
+        op(UnaryOpIr {
+            input,
+            out: out(id, &shape),
+        }),
+    )
+}
+
+/// Burn 0.21's `LayerNorm` forward after a residual add, as `Compiled<B>` records it.
+fn residual_layer_norm() -> Vec<OperationIr> {
+    let (s, r, p) = (&[4, 16, 64][..], &[4, 16, 1][..], &[1, 1, 64][..]);
+    let add_scalar = OperationIr::NumericFloat(
+        DType::F32,
+        NumericOperationIr::AddScalar(ScalarOpIr {
+            lhs: t(7, r, ReadWrite),
+            rhs: ScalarIr::Float(1e-5),
+            out: out(8, r),
+        }),
+    );
+    vec![
+        add(t(1, s, ReadOnly), t(2, s, ReadWrite), s, 3),
+        mean_dim(t(3, s, ReadOnly), 4),
+        numeric(
+            NumericOperationIr::Sub,
+            t(3, s, ReadWrite),
+            t(4, r, ReadWrite),
+            s,
+            5,
+        ),
+        mul(t(5, s, ReadOnly), t(5, s, ReadOnly), s, 6),
+        mean_dim(t(6, s, ReadWrite), 7),
+        add_scalar,
+        float_unary(FloatOperationIr::Sqrt, t(8, r, ReadWrite), 9),
+        numeric(
+            NumericOperationIr::Div,
+            t(5, s, ReadWrite),
+            t(9, r, ReadWrite),
+            s,
+            10,
+        ),
+        reshape(t(11, &[64], ReadOnly), p, 12),
+        mul(t(10, s, ReadWrite), t(12, p, ReadWrite), s, 13),
+        reshape(t(14, &[64], ReadOnly), p, 15),
+        add(t(13, s, ReadWrite), t(15, p, ReadWrite), s, 16),
+    ]
+}
+
+#[test]
+fn a_residual_add_and_layer_norm_are_one_row_kernel() {
+    let ops = residual_layer_norm();
+    let plan = plan_of(&ops, Some(&|_| true));
+    assert_eq!(
+        plan.steps,
+        vec![
+            Step::Eager { op: 8 },
+            Step::Eager { op: 10 },
+            Step::Pointwise { group: 0 }
+        ],
+        "{plan:#?}"
+    );
+    let g = &plan.pointwise[0];
+    assert_eq!(g.ops, vec![0, 1, 2, 3, 4, 5, 6, 7, 9, 11]);
+    let row = g.kernel.row.as_ref().expect("a row kernel");
+    assert_eq!(row.shape, vec![4, 16, 64]);
+    assert_eq!(row.cube, 64);
+    assert_eq!(
+        row.row_outputs,
+        vec![false],
+        "only the normalized tensor is written"
+    );
+    let reductions = g
+        .kernel
+        .program
+        .iter()
+        .filter(|i| {
+            matches!(
+                i,
+                Instr::Reduce {
+                    op: burn_compile_schedule::ReduceOp::Mean,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(reductions, 2);
+    assert_eq!(
+        g.scalars,
+        vec![5],
+        "ε is read from the recorded op at replay"
+    );
+    // x, the residual, γ and β; γ and β broadcast over the rows.
+    assert_eq!(g.kernel.inputs.len(), 4);
+    assert_eq!(g.kernel.inputs[2], vec![true, true, false]);
+}
+
+#[test]
+fn a_captured_softmax_over_the_last_dimension_is_one_row_kernel() {
+    let s = &[2, 4, 8, 8][..];
+    let softmax = |input: TensorIr, id| {
+        OperationIr::Custom(CustomOpIr {
+            id: Activation::Softmax { dim: 3 }.op_id(),
+            inputs: vec![input],
+            outputs: vec![out(id, s)],
+        })
+    };
+    // Alone, and after the attention scale.
+    let alone = plan_of(&[softmax(t(1, s, ReadWrite), 2)], Some(&|_| true));
+    assert_eq!(alone.steps, vec![Step::Pointwise { group: 0 }]);
+    assert!(alone.pointwise[0].kernel.row.is_some());
+    let scaled = plan_of(
+        &[
+            mul_scalar(t(1, s, ReadWrite), 0.125, 2),
+            softmax(t(2, s, ReadWrite), 3),
+        ],
+        Some(&|_| true),
+    );
+    assert_eq!(scaled.steps, vec![Step::Pointwise { group: 0 }]);
+    assert_eq!(scaled.fused_ops(), 2);
+    // Over another dimension: the inner backend's own softmax.
+    let other = OperationIr::Custom(CustomOpIr {
+        id: Activation::Softmax { dim: 1 }.op_id(),
+        inputs: vec![t(1, s, ReadWrite)],
+        outputs: vec![out(2, s)],
+    });
+    assert_eq!(
+        plan_of(&[other], Some(&|_| true)).steps,
+        vec![Step::Activation {
+            op: 0,
+            kind: Activation::Softmax { dim: 1 }
+        }]
+    );
+}

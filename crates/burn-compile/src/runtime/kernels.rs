@@ -17,7 +17,8 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
     fn accepts(&self, kernel: &PointwiseKernel) -> bool;
 
     /// Runs `kernel` over `shape`: `inputs` in kernel order, `scalars` in kernel order. Returns
-    /// the outputs, newly allocated, contiguous.
+    /// the outputs, newly allocated, contiguous (of `shape`, or of its row shape for a row
+    /// kernel's row outputs).
     fn pointwise(
         &self,
         kernel: &PointwiseKernel,
@@ -122,12 +123,18 @@ mod cube {
         ) -> Vec<CubeTensor<R>> {
             // Every group reads at least one tensor (its first operation's input).
             let first = &inputs[0];
-            let outputs: Vec<CubeTensor<R>> = (0..kernel.outputs)
-                .map(|_| {
+            let outputs: Vec<CubeTensor<R>> = (0..kernel.outputs as usize)
+                .map(|o| {
+                    // A row kernel's row outputs have the row shape `[R…, 1]`.
+                    let mut out_shape = shape.clone();
+                    if kernel.row.as_ref().is_some_and(|r| r.row_outputs[o]) {
+                        let last = out_shape.num_dims() - 1;
+                        out_shape[last] = 1;
+                    }
                     empty_device_contiguous_dtype(
                         first.client.clone(),
                         first.device.clone(),
-                        shape.clone(),
+                        out_shape,
                         kernel.dtype,
                     )
                 })

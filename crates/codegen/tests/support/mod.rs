@@ -2,7 +2,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use burn_backend::DType;
-use burn_compile_schedule::{BinaryOp, Instr, PointwiseKernel, UnaryOp};
+use burn_compile_schedule::{BinaryOp, Instr, PointwiseKernel, ReduceOp, RowLayout, UnaryOp};
 
 pub const UNARY_OPS: [UnaryOp; 12] = [
     UnaryOp::Exp,
@@ -55,7 +55,85 @@ pub fn kernel(
         outputs,
         scalars,
         program,
+        row: None,
     }
+}
+
+pub fn reduce(op: ReduceOp, a: u16) -> Instr {
+    Instr::Reduce { op, a }
+}
+
+/// A row kernel over `shape` (`row_outputs` flags the outputs of shape `[R…, 1]`).
+pub fn row_kernel(
+    shape: &[usize],
+    inputs: Vec<Vec<bool>>,
+    row_outputs: Vec<bool>,
+    scalars: u16,
+    program: Vec<Instr>,
+) -> PointwiseKernel {
+    let columns = *shape.last().expect("rank ≥ 1");
+    PointwiseKernel {
+        row: Some(RowLayout {
+            shape: shape.to_vec(),
+            cube: (columns.next_power_of_two() as u32).clamp(32, 256),
+            row_outputs: row_outputs.clone(),
+        }),
+        ..kernel(
+            shape.len() as u8,
+            inputs,
+            row_outputs.len() as u16,
+            scalars,
+            program,
+        )
+    }
+}
+
+/// Burn's layer norm over the last dimension of `[rows, n]`, as recorded (mean, centred
+/// square, mean, `+ eps` (scalar 0), sqrt, divide), then `· γ[1, n] + β[1, n]`.
+pub fn layer_norm(rows: usize, n: usize) -> PointwiseKernel {
+    row_kernel(
+        &[rows, n],
+        vec![vec![false, false], vec![true, false], vec![true, false]],
+        vec![false],
+        1,
+        vec![
+            load(0),
+            reduce(ReduceOp::Mean, 0),
+            bin(BinaryOp::Sub, 0, 1),
+            bin(BinaryOp::Mul, 2, 2),
+            reduce(ReduceOp::Mean, 3),
+            Instr::Scalar { index: 0 },
+            bin(BinaryOp::Add, 4, 5),
+            un(UnaryOp::Sqrt, 6),
+            bin(BinaryOp::Div, 2, 7),
+            load(1),
+            bin(BinaryOp::Mul, 8, 9),
+            load(2),
+            bin(BinaryOp::Add, 10, 11),
+            store(0, 12),
+        ],
+    )
+}
+
+/// Softmax over the last dimension of a rank-3 shape, as the scheduler expands it, also
+/// writing the row sums (a row output).
+pub fn softmax_rows(shape: [usize; 3]) -> PointwiseKernel {
+    row_kernel(
+        &shape,
+        vec![vec![false, false, false]],
+        vec![false, true],
+        0,
+        vec![
+            load(0),
+            reduce(ReduceOp::Max, 0),
+            bin(BinaryOp::Sub, 0, 1),
+            un(UnaryOp::Exp, 2),
+            reduce(ReduceOp::Sum, 3),
+            bin(BinaryOp::Div, 3, 4),
+            store(0, 5),
+            store(1, 4),
+        ],
+    )
 }
 
 /// `out = exp(x) * s0 + x`, rank 2, one runtime scalar.
