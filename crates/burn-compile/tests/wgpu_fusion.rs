@@ -3,7 +3,7 @@
 //!
 //! Its own build: `cargo test -p burn-compile --features wgpu-fusion --test wgpu_fusion` (with
 //! burn-cubecl's `fusion` feature on, the raw CubeBackend is not `BackendIr`, so this cannot
-//! share a build with tests/wgpu.rs). Same adapter rules as tests/wgpu.rs.
+//! share a build with tests/gpu.rs). Same adapter rules as tests/gpu.rs.
 #![cfg(feature = "wgpu-fusion")]
 
 use burn::backend::Autodiff;

@@ -52,18 +52,8 @@ pub fn pointwise<F: Float + ScalarArgType>(
                 }
                 regs.push(t[offset]);
             }
-            Instr::Scalar { index } => {
-                let s = *scalars.index(comptime![index as usize]);
-                regs.push(s);
-            }
-            Instr::Unary { op, a } => {
-                let x = *regs.index(comptime![a as usize]);
-                regs.push(unary::<F>(x, op));
-            }
-            Instr::Binary { op, a, b } => {
-                let x = *regs.index(comptime![a as usize]);
-                let y = *regs.index(comptime![b as usize]);
-                regs.push(binary::<F>(x, y, op));
+            Instr::Scalar { .. } | Instr::Unary { .. } | Instr::Binary { .. } => {
+                regs.push(compute::<F>(&regs, scalars, instr));
             }
             Instr::Store { output, value } => {
                 let v = *regs.index(comptime![value as usize]);
@@ -76,8 +66,27 @@ pub fn pointwise<F: Float + ScalarArgType>(
     }
 }
 
+/// The value of a scalar, unary or binary instruction (shared by every kernel kind).
 #[cube]
-pub(crate) fn unary<F: Float>(x: F, #[comptime] op: UnaryOp) -> F {
+pub(crate) fn compute<F: Float + ScalarArgType>(
+    regs: &Sequence<F>,
+    scalars: &Sequence<F>,
+    #[comptime] instr: Instr,
+) -> F {
+    match instr {
+        Instr::Scalar { index } => *scalars.index(comptime![index as usize]),
+        Instr::Unary { op, a } => unary::<F>(*regs.index(comptime![a as usize]), op),
+        Instr::Binary { op, a, b } => binary::<F>(
+            *regs.index(comptime![a as usize]),
+            *regs.index(comptime![b as usize]),
+            op,
+        ),
+        _ => panic!("not a value computed from registers: {instr:?}"),
+    }
+}
+
+#[cube]
+fn unary<F: Float>(x: F, #[comptime] op: UnaryOp) -> F {
     match comptime![op] {
         UnaryOp::Exp => F::exp(x),
         UnaryOp::Log => F::ln(x),
@@ -98,7 +107,7 @@ pub(crate) fn unary<F: Float>(x: F, #[comptime] op: UnaryOp) -> F {
 }
 
 #[cube]
-pub(crate) fn binary<F: Float>(x: F, y: F, #[comptime] op: BinaryOp) -> F {
+fn binary<F: Float>(x: F, y: F, #[comptime] op: BinaryOp) -> F {
     match comptime![op] {
         BinaryOp::Add => x + y,
         BinaryOp::Sub => x - y,

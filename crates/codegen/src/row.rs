@@ -12,7 +12,7 @@ use burn_compile_schedule::{Instr, PointwiseKernel, ReduceOp, RowLayout};
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 
-use crate::pointwise::{binary, unary};
+use crate::pointwise::compute;
 
 /// The row layout of a row kernel.
 pub(crate) fn layout(kernel: &PointwiseKernel) -> RowLayout {
@@ -68,8 +68,10 @@ pub fn row<F: Float + ScalarArgType>(
         bases.push(offset);
     }
 
-    // One row value per reduction, in program order.
+    // One row value per reduction, in program order; one shared buffer reused by every
+    // reduction (one allocation also keeps the generated code's layout deterministic).
     let mut reduced = Sequence::<F>::new();
+    let mut shared = SharedMemory::<f32>::new(cube);
     let phases = comptime![reductions(&kernel)];
     #[unroll]
     for p in 0..phases.len() {
@@ -78,15 +80,15 @@ pub fn row<F: Float + ScalarArgType>(
             Instr::Reduce { op, a } => (op, a as usize),
             _ => unreachable!("a reduction"),
         }];
-        let mut acc = identity(op);
+        // Each unit accumulates in its own shared slot: no mutable float locals, whose
+        // declaration order the compilers do not keep stable.
+        let unit = UNIT_POS as usize;
+        shared[unit] = identity(op);
         for col in range_stepped(UNIT_POS as usize, columns, cube) {
             let regs = evaluate::<F>(inputs, scalars, &bases, &reduced, col, kernel, at);
-            acc = combine(acc, f32::cast_from(*regs.index(a)), op);
+            shared[unit] = combine(shared[unit], f32::cast_from(*regs.index(a)), op);
         }
-        let mut total = cube_reduce(acc, op, cube);
-        if comptime![op == ReduceOp::Mean] {
-            total /= f32::cast_from(columns as u32);
-        }
+        let total = finish(cube_reduce(&mut shared, op, cube), op, columns);
         reduced.push(F::cast_from(total));
     }
 
@@ -143,17 +145,8 @@ fn evaluate<F: Float + ScalarArgType>(
                     regs.push(t[base + col * t.stride(rank - 1)]);
                 }
             }
-            Instr::Scalar { index } => {
-                regs.push(*scalars.index(comptime![index as usize]));
-            }
-            Instr::Unary { op, a } => {
-                let x = *regs.index(comptime![a as usize]);
-                regs.push(unary::<F>(x, op));
-            }
-            Instr::Binary { op, a, b } => {
-                let x = *regs.index(comptime![a as usize]);
-                let y = *regs.index(comptime![b as usize]);
-                regs.push(binary::<F>(x, y, op));
+            Instr::Scalar { .. } | Instr::Unary { .. } | Instr::Binary { .. } => {
+                regs.push(compute::<F>(&regs, scalars, instr));
             }
             Instr::Reduce { .. } => {
                 regs.push(*reduced.index(phase));
@@ -173,6 +166,15 @@ fn identity(#[comptime] op: ReduceOp) -> f32 {
     }
 }
 
+/// A mean divides the row's sum by the row length.
+#[cube]
+fn finish(total: f32, #[comptime] op: ReduceOp, #[comptime] columns: usize) -> f32 {
+    match comptime![op] {
+        ReduceOp::Mean => total / f32::cast_from(columns as u32),
+        ReduceOp::Sum | ReduceOp::Max => total,
+    }
+}
+
 #[cube]
 fn combine(a: f32, b: f32, #[comptime] op: ReduceOp) -> f32 {
     match comptime![op] {
@@ -181,13 +183,15 @@ fn combine(a: f32, b: f32, #[comptime] op: ReduceOp) -> f32 {
     }
 }
 
-/// Combines one value per unit of the cube (`cube` units, a power of two); every unit gets
-/// the result.
+/// Combines the values the cube's units (`cube`, a power of two) left in `shared`; every unit
+/// gets the result, and `shared` is free again when it returns.
 #[cube]
-fn cube_reduce(value: f32, #[comptime] op: ReduceOp, #[comptime] cube: usize) -> f32 {
-    let mut shared = SharedMemory::<f32>::new(cube);
+fn cube_reduce(
+    shared: &mut SharedMemory<f32>,
+    #[comptime] op: ReduceOp,
+    #[comptime] cube: usize,
+) -> f32 {
     let unit = UNIT_POS as usize;
-    shared[unit] = value;
     sync_cube();
     let steps = comptime![cube.trailing_zeros()];
     #[unroll]
@@ -199,5 +203,8 @@ fn cube_reduce(value: f32, #[comptime] op: ReduceOp, #[comptime] cube: usize) ->
         }
         sync_cube();
     }
-    shared[0]
+    let total = shared[0];
+    // Every unit has read the result before the next reduction writes.
+    sync_cube();
+    total
 }

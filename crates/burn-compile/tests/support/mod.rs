@@ -5,7 +5,7 @@
 
 use burn::tensor::TensorData;
 
-#[cfg(any(feature = "wgpu", feature = "wgpu-fusion"))]
+#[cfg(any(feature = "wgpu", feature = "wgpu-fusion", feature = "cuda"))]
 pub mod wgpu;
 
 /// One `#[test]` per case for a backend pair, in a module named after the pair: each calls the

@@ -1,20 +1,38 @@
-//! `Compiled<Wgpu>` against eager `Wgpu` (raw CubeBackend): kernels really execute, on a GPU or
-//! on lavapipe's CPU Vulkan (`apt-get install -y mesa-vulkan-drivers`).
+//! `Compiled<B>` against eager `B` on a GPU backend, generated kernels included: `Wgpu` (raw
+//! CubeBackend; kernels really execute, on a GPU or on lavapipe's CPU Vulkan,
+//! `apt-get install -y mesa-vulkan-drivers`), or with the `cuda` feature `Cuda`:
 //!
-//! Without a Vulkan adapter these tests fail when `CI=true` and elsewhere say loudly that they
-//! were skipped and how to enable them. Shapes are small and kernels few: lavapipe is slow.
-#![cfg(all(feature = "wgpu", not(feature = "wgpu-fusion")))]
+//! ```text
+//! cargo test -p burn-compile --features wgpu --test gpu
+//! CUDARC_CUDA_VERSION=13000 cargo test --release -p burn-compile --features cuda --test gpu
+//! ```
+//!
+//! Without a Vulkan adapter the wgpu tests fail when `CI=true` and elsewhere say loudly that
+//! they were skipped and how to enable them. Shapes are small and kernels few: lavapipe is slow.
+#![cfg(any(feature = "cuda", all(feature = "wgpu", not(feature = "wgpu-fusion"))))]
 
 use burn::backend::Autodiff;
 use burn::tensor::{Tensor, TensorData, backend::Backend};
-use burn_compile::{Compiled, Wgpu};
+use burn_compile::Compiled;
 
-type C = Compiled<Wgpu>;
+#[cfg(feature = "cuda")]
+use burn_compile::Cuda as Eager;
+#[cfg(not(feature = "cuda"))]
+use burn_compile::Wgpu as Eager;
+
+type C = Compiled<Eager>;
 
 mod support;
 
+#[cfg(not(feature = "cuda"))]
 fn adapter_available() -> bool {
-    support::wgpu::adapter_available::<Wgpu>("Compiled<Wgpu>")
+    support::wgpu::adapter_available::<Eager>("Compiled<Wgpu>")
+}
+
+/// A CUDA run is asked for explicitly: no device is a failure, not a skip.
+#[cfg(feature = "cuda")]
+fn adapter_available() -> bool {
+    true
 }
 
 use support::matrix as data;
@@ -25,7 +43,7 @@ fn wgpu_forward_matches_eager_and_replays_from_cache() {
         return;
     }
     let (x, w, b) = (data([8, 16], 1), data([16, 16], 2), data([1, 16], 3));
-    support::wgpu::check_forward::<C, Wgpu>(x, w, b);
+    support::wgpu::check_forward::<C, Eager>(x, w, b);
 }
 
 #[test]
@@ -33,7 +51,10 @@ fn wgpu_gradients_match_eager() {
     if !adapter_available() {
         return;
     }
-    support::wgpu::check_gradients::<Autodiff<C>, Autodiff<Wgpu>>(data([4, 8], 4), data([8, 8], 5));
+    support::wgpu::check_gradients::<Autodiff<C>, Autodiff<Eager>>(
+        data([4, 8], 4),
+        data([8, 8], 5),
+    );
 }
 
 #[test]
@@ -52,13 +73,13 @@ fn wgpu_int_bool_and_indexing_match_eager() {
     let device = Default::default();
     let x = data([4, 6], 6);
     let (ci, cy) = case::<C>(x.clone(), &device);
-    let (ei, ey) = case::<Wgpu>(x, &device);
+    let (ei, ey) = case::<Eager>(x, &device);
     ci.assert_eq(&ei, true);
     cy.assert_approx_eq::<f32>(&ey, support::wgpu::tol());
 }
 
 // Generated pointwise kernels: each case checks the kernel count of its graph (graph in →
-// exactly N kernels) and the values against eager `Wgpu`.
+// exactly N kernels) and the values against the eager backend.
 
 use burn_compile::explain;
 use support::wgpu::tol;
@@ -85,7 +106,7 @@ fn wgpu_pointwise_chain_is_one_kernel_and_matches_eager() {
     assert_eq!(report.graphs[0].fused_ops, 5, "{report}");
     assert_eq!(report.launches_per_graph, vec![2], "{report}");
     let eager = |s| {
-        let on = |d: &TensorData| Tensor::<Wgpu, 2>::from_data(d.clone(), &device);
+        let on = |d: &TensorData| Tensor::<Eager, 2>::from_data(d.clone(), &device);
         chain(on(&x), on(&b), s).into_data()
     };
     got.assert_approx_eq::<f32>(&eager(0.5), tol());
@@ -123,7 +144,7 @@ fn wgpu_pointwise_outputs_read_later_match_eager() {
     // exp, mul, sigmoid, +1 and the row sum; the squeeze is a view after the kernel.
     assert_eq!(report.fused_kernels, 1, "{report}");
     assert_eq!(report.graphs[0].fused_ops, 5, "{report}");
-    let (ey, es) = two_outputs(Tensor::<Wgpu, 2>::from_data(x.clone(), &device));
+    let (ey, es) = two_outputs(Tensor::<Eager, 2>::from_data(x.clone(), &device));
     y.assert_approx_eq::<f32>(&ey.into_data(), tol());
     s.assert_approx_eq::<f32>(&es.into_data(), tol());
 }
@@ -159,7 +180,7 @@ fn wgpu_pointwise_gradients_match_eager() {
         report.fused_kernels >= 2,
         "forward and backward fuse: {report}"
     );
-    for (c, e) in compiled.iter().zip(grads::<Autodiff<Wgpu>>(x, b)) {
+    for (c, e) in compiled.iter().zip(grads::<Autodiff<Eager>>(x, b)) {
         c.assert_approx_eq::<f32>(&e, tol());
     }
 }
@@ -211,7 +232,7 @@ fn wgpu_layer_norm_and_softmax_are_one_row_kernel_and_match_eager() {
     // add, mean, sub, square, mean, +ε, sqrt, div, ·γ, +β, ·0.5, softmax: one kernel.
     assert_eq!(report.fused_kernels, 1, "{report}");
     assert!(report.graphs[0].fused_ops >= 12, "{report}");
-    got.assert_approx_eq::<f32>(&run::<Wgpu>(data, &device).into_data(), tol());
+    got.assert_approx_eq::<f32>(&run::<Eager>(data, &device).into_data(), tol());
     inputs.0.into_data().assert_eq(&x, true);
 }
 
@@ -247,7 +268,7 @@ fn wgpu_row_kernel_gradients_match_eager() {
     let data = [&x, &r, &g, &b];
     let (compiled, report) = explain(|| grads::<Autodiff<C>>(data));
     assert!(report.fused_kernels >= 3, "{report}");
-    for (c, e) in compiled.iter().zip(grads::<Autodiff<Wgpu>>(data)) {
+    for (c, e) in compiled.iter().zip(grads::<Autodiff<Eager>>(data)) {
         c.assert_approx_eq::<f32>(&e, tol());
     }
 }
