@@ -17,8 +17,9 @@
 //! `BENCH_GPU` and `BENCH_DATE` fill the `gpu` and `date` fields.
 //!
 //! Timing (as the reference programs in shared/bench): the first call is timed alone, synced
-//! (`first_call_s`: autotune, kernel compilation, first graphs); then warm-up; then `iters`
-//! calls with outputs kept alive and one sync at the end (`ms`: mean per call). The compiled
+//! (`first_call_s`: autotune, kernel compilation, first graphs — autotune results are cached
+//! per process, so the system measured second reuses what the first one tuned); then warm-up;
+//! then `iters` calls with outputs kept alive and one sync at the end (`ms`: mean per call). The compiled
 //! system's inference output is compared with eager's and the difference printed
 //! (`max_abs_diff_vs_eager`); a difference over the dtype's tolerance fails the run.
 
@@ -232,6 +233,16 @@ where
     Inner<F>: Backend,
     burn_compile::Compiled<Inner<F>>: Backend,
 {
+    // Weights and input in the element type: Burn keeps a tensor's data type, so f32 data
+    // would make an f32 model on any backend.
+    let s = &Setup {
+        workload: s.workload,
+        config: s.config.clone(),
+        weights: s.weights.iter().map(|w| w.clone().convert::<F>()).collect(),
+        input: s.input.clone().convert::<F>(),
+        iters: s.iters,
+        warmup: s.warmup,
+    };
     let mut figures = Vec::new();
     let mut eager_output = None;
     for system in RUNS {

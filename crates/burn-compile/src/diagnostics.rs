@@ -22,8 +22,10 @@ pub struct GraphRecord {
     pub launches: usize,
     /// Generated (fused) kernels among the launches.
     pub fused_kernels: usize,
-    /// Ops that run inside those kernels (each kernel replaces at least two).
+    /// Ops that run inside those kernels.
     pub fused_ops: usize,
+    /// One line per generated kernel (kind, shape, ops fused), when diagnostics are on.
+    pub kernels: Vec<String>,
     /// Ops removed as dead code.
     pub dead: usize,
     /// The plan came from the cache.

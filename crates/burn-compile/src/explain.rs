@@ -91,6 +91,9 @@ impl fmt::Display for Explanation {
                     format!("compiled in {:?}", g.compile_time)
                 },
             )?;
+            for (k, kernel) in g.kernels.iter().enumerate() {
+                writeln!(f, "  kernel {k}: {kernel}")?;
+            }
             if let Some(listing) = &g.listing {
                 for line in listing.lines() {
                     writeln!(f, "    {line}")?;

@@ -232,6 +232,11 @@ fn wgpu_layer_norm_and_softmax_are_one_row_kernel_and_match_eager() {
     // add, mean, sub, square, mean, +ε, sqrt, div, ·γ, +β, ·0.5, softmax: one kernel.
     assert_eq!(report.fused_kernels, 1, "{report}");
     assert!(report.graphs[0].fused_ops >= 12, "{report}");
+    // explain says which kernel the pattern became.
+    assert!(
+        report.graphs[0].kernels[0].starts_with("row kernel, reductions [mean, mean, max, sum]"),
+        "{report}"
+    );
     got.assert_approx_eq::<f32>(&run::<Eager>(data, &device).into_data(), tol());
     inputs.0.into_data().assert_eq(&x, true);
 }

@@ -30,8 +30,9 @@ fn reductions(kernel: &PointwiseKernel) -> Vec<usize> {
         .collect()
 }
 
-// Index loops: CubeCL expands `for i in 0..n` with comptime bounds, not iterators.
-#[allow(clippy::needless_range_loop)]
+// Index loops: CubeCL expands `for i in 0..n` with comptime bounds, not iterators. Inside
+// `comptime!` the kernel is owned in the expansion (hence the borrows clippy sees as needless).
+#[allow(clippy::needless_range_loop, clippy::needless_borrow)]
 #[cube(launch_unchecked)]
 pub fn row<F: Float + ScalarArgType>(
     inputs: &Sequence<Tensor<F>>,
@@ -44,7 +45,7 @@ pub fn row<F: Float + ScalarArgType>(
     let columns = comptime![layout.shape[rank - 1]];
     let rows = comptime![layout.shape[..rank - 1].iter().product::<usize>()];
     let cube = comptime![layout.cube as usize];
-    let row = CUBE_POS as usize;
+    let row = CUBE_POS;
     if row >= rows {
         terminate!();
     }

@@ -64,6 +64,11 @@ impl Plan {
     pub fn fused_ops(&self) -> usize {
         self.pointwise.iter().map(|g| g.ops.len()).sum()
     }
+
+    /// One line per generated kernel: its kind, iteration shape, what it fused.
+    pub fn kernel_summaries(&self) -> Vec<String> {
+        self.pointwise.iter().map(PointwiseGroup::summary).collect()
+    }
 }
 
 /// What [`schedule`] may do.

@@ -166,6 +166,40 @@ pub struct PointwiseGroup {
     pub kernel: PointwiseKernel,
 }
 
+impl PointwiseGroup {
+    /// A one-line description for `explain`: kind, iteration shape, ops fused (and which
+    /// reductions), inputs and outputs, views hoisted.
+    pub fn summary(&self) -> String {
+        let reductions: Vec<String> = self
+            .kernel
+            .program
+            .iter()
+            .filter_map(|i| match i {
+                Instr::Reduce { op, .. } => Some(format!("{op:?}").to_lowercase()),
+                _ => None,
+            })
+            .collect();
+        let kind = if self.kernel.row.is_some() {
+            format!("row kernel, reductions [{}]", reductions.join(", "))
+        } else {
+            "pointwise kernel".to_string()
+        };
+        let hoisted = if self.hoisted.is_empty() {
+            String::new()
+        } else {
+            format!(", {} view(s) hoisted", self.hoisted.len())
+        };
+        format!(
+            "{kind} over {:?} {:?}: ops {:?} fused, {} input(s), {} output(s){hoisted}",
+            self.shape.to_vec(),
+            self.kernel.dtype,
+            self.ops,
+            self.inputs.len(),
+            self.outputs.len(),
+        )
+    }
+}
+
 /// What a fusible operation computes.
 enum Compute<'a> {
     Unary(UnaryOp, &'a TensorIr),

@@ -69,6 +69,11 @@ impl PlanCache {
             launches: plan.launches(),
             fused_kernels: plan.fused_kernels(),
             fused_ops: plan.fused_ops(),
+            kernels: if diagnostics {
+                plan.kernel_summaries()
+            } else {
+                Vec::new()
+            },
             dead: plan.dead as usize,
             cache_hit,
             compile_time,
