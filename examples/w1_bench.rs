@@ -12,7 +12,9 @@
 //! cargo run --release -p burn-compile-examples --example w1_bench --features wgpu -- --small
 //! ```
 //!
-//! Flags: `--dtypes f32,bf16`, `--iters N` (timed, default 20), `--warmup N` (default 5),
+//! Flags: `--dtypes f32` or `--dtypes bf16` (one per process: Burn fixes a device's default
+//! float dtype at its first use, so a second dtype in the same process would silently run in
+//! the first one's — the program refuses it), `--iters N` (timed, default 20), `--warmup N` (default 5),
 //! `--small` (a tiny encoder, for smoke tests), `--out FILE` (append the JSON lines there too).
 //! `BENCH_GPU` and `BENCH_DATE` fill the `gpu` and `date` fields.
 //!
@@ -82,7 +84,7 @@ struct Options {
 
 fn parse() -> Result<Options, String> {
     let mut o = Options {
-        dtypes: DTYPES.split(',').map(String::from).collect(),
+        dtypes: vec!["f32".into()],
         iters: 20,
         warmup: 5,
         small: false,
@@ -233,8 +235,15 @@ where
     Inner<F>: Backend,
     burn_compile::Compiled<Inner<F>>: Backend,
 {
-    // Weights and input in the element type: Burn keeps a tensor's data type, so f32 data
-    // would make an f32 model on any backend.
+    // Burn fixes a device's default float dtype at its first use: one dtype per process.
+    let probe = Tensor::<Inner<F>, 1>::zeros([1], &Default::default()).dtype();
+    if probe != F::dtype() {
+        return Err(format!(
+            "this process already fixed the device's float dtype to {probe:?}: \
+             run one --dtypes value per process"
+        ));
+    }
+    // Weights and input in the element type.
     let s = &Setup {
         workload: s.workload,
         config: s.config.clone(),
@@ -273,7 +282,7 @@ fn main() -> ExitCode {
         Ok(o) => o,
         Err(e) => {
             eprintln!(
-                "error: {e}\nusage: w1_bench [--dtypes f32,bf16] [--iters N] [--warmup N] [--small] [--out FILE]"
+                "error: {e}\nusage: w1_bench [--dtypes f32|bf16] [--iters N] [--warmup N] [--small] [--out FILE]"
             );
             return ExitCode::from(2);
         }

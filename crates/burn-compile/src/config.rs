@@ -28,6 +28,13 @@ pub struct CompileConfig {
     /// them (CubeCL backends: wgpu, CUDA); elsewhere every op runs on the inner backend
     /// (`BURN_COMPILE_FUSION`).
     pub fusion: bool,
+    /// A generated kernel that fails to compile or launch is an error (raised at the next
+    /// read or sync, like an inner-backend panic) instead of a warning and an eager fallback
+    /// of its ops (`BURN_COMPILE_STRICT`).
+    pub strict: bool,
+    /// Fault injection for testing the fallback: every generated kernel fails to launch
+    /// (`BURN_COMPILE_INJECT_KERNEL_FAILURE`).
+    pub inject_kernel_failure: bool,
     /// Record where in the user's code each break happened and keep readable listings of
     /// graphs (`BURN_COMPILE_DIAGNOSTICS`). Costs a backtrace per break; `explain` and
     /// `fullgraph` turn it on for their region.
@@ -46,6 +53,8 @@ impl Default for CompileConfig {
             detect_period: true,
             dead_code_elimination: true,
             fusion: true,
+            strict: false,
+            inject_kernel_failure: false,
             diagnostics: false,
             async_execution: true,
         }
@@ -119,6 +128,12 @@ impl CompileConfig {
         }
         if let Some((k, v)) = get("BURN_COMPILE_FUSION") {
             self.fusion = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_STRICT") {
+            self.strict = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_INJECT_KERNEL_FAILURE") {
+            self.inject_kernel_failure = parse_bool(&k, &v)?;
         }
         if let Some((k, v)) = get("BURN_COMPILE_DIAGNOSTICS") {
             self.diagnostics = parse_bool(&k, &v)?;

@@ -81,6 +81,7 @@ pub(crate) struct Counters {
     pub ops_executed: AtomicU64,
     pub ops_eliminated: AtomicU64,
     pub eager_ops: AtomicU64,
+    pub kernel_fallbacks: AtomicU64,
     pub breaks: [AtomicU64; 9],
 }
 
@@ -93,6 +94,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     ops_executed: AtomicU64::new(0),
     ops_eliminated: AtomicU64::new(0),
     eager_ops: AtomicU64::new(0),
+    kernel_fallbacks: AtomicU64::new(0),
     breaks: [const { AtomicU64::new(0) }; 9],
 };
 
@@ -148,4 +150,9 @@ pub(crate) fn report(record: GraphRecord, own_thread: bool) {
             graphs.push(record);
         }
     });
+}
+
+/// A generated kernel failed and its ops ran on the inner backend.
+pub(crate) fn kernel_fallback() {
+    COUNTERS.kernel_fallbacks.fetch_add(1, Ordering::Relaxed);
 }

@@ -25,6 +25,8 @@ pub struct Metrics {
     pub ops_eliminated: u64,
     /// Ops run eagerly outside graphs (eager stance, unsupported ops).
     pub eager_ops: u64,
+    /// Generated kernels that failed to compile or launch (their ops ran on the inner backend).
+    pub kernel_fallbacks: u64,
     /// Breaks per reason, in [`BreakReason::ALL`] order.
     pub breaks: Vec<(BreakReason, u64)>,
 }
@@ -50,6 +52,7 @@ impl Metrics {
             ops_executed: self.ops_executed - earlier.ops_executed,
             ops_eliminated: self.ops_eliminated - earlier.ops_eliminated,
             eager_ops: self.eager_ops - earlier.eager_ops,
+            kernel_fallbacks: self.kernel_fallbacks - earlier.kernel_fallbacks,
             breaks: self
                 .breaks
                 .iter()
@@ -71,6 +74,7 @@ pub fn metrics() -> Metrics {
         ops_executed: c.ops_executed.load(Relaxed),
         ops_eliminated: c.ops_eliminated.load(Relaxed),
         eager_ops: c.eager_ops.load(Relaxed),
+        kernel_fallbacks: c.kernel_fallbacks.load(Relaxed),
         breaks: BreakReason::ALL
             .iter()
             .zip(c.breaks.iter())

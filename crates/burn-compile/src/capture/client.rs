@@ -407,7 +407,9 @@ impl<B: BackendIr> Shared<B> {
             }
         }
         let diagnostics_on = diagnostics::wanted(config.diagnostics);
-        let kernels = self.executor.inner().kernels();
+        let inner = self.executor.inner();
+        inner.set_kernel_policy(config.strict, config.inject_kernel_failure);
+        let kernels = inner.kernels();
         let accepts = kernels.map(|k| move |kernel: &_| k.accepts(kernel));
         let (plan, mut record) = cache.plan(
             key,

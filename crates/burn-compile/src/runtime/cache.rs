@@ -112,7 +112,7 @@ pub(crate) fn execute<B: BackendIr>(
             Step::Activation { op, kind } => {
                 super::activation::run(inner, &ops[*op as usize], *kind)
             }
-            Step::Pointwise { group } => inner.pointwise(&ops, &plan.pointwise[*group as usize]),
+            Step::Pointwise { group } => inner.fused(&ops, &plan.pointwise[*group as usize]),
             Step::Release { op, inputs } => {
                 for (pos, input) in ops[*op as usize].inputs().enumerate() {
                     if inputs.contains(&(pos as u8)) {

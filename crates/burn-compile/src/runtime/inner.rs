@@ -8,9 +8,12 @@
 
 use super::kernels::{KernelTarget, target_for};
 use burn_backend::{DType, ExecutionError, TensorData};
+use burn_compile_schedule::PointwiseKernel;
 use burn_compile_schedule::{PointwiseGroup, scalar_operand};
 use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, TensorIr};
 use burn_std::future::DynFut;
+use rustc_hash::FxHashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub(crate) struct InnerDevice<B: BackendIr> {
@@ -18,6 +21,11 @@ pub(crate) struct InnerDevice<B: BackendIr> {
     handles: Mutex<HandleContainer<B::Handle>>,
     /// Launches generated kernels on the inner tensors, when the inner backend can.
     kernels: Option<Arc<dyn KernelTarget<B::FloatTensorPrimitive>>>,
+    /// Kernels that failed: their groups run op by op from then on.
+    failed: Mutex<FxHashSet<PointwiseKernel>>,
+    /// `CompileConfig::strict` and `inject_kernel_failure` of the device, as last read.
+    strict: AtomicBool,
+    inject_failure: AtomicBool,
 }
 
 impl<B: BackendIr> InnerDevice<B> {
@@ -26,6 +34,59 @@ impl<B: BackendIr> InnerDevice<B> {
             device,
             handles: Mutex::new(HandleContainer::new()),
             kernels: target_for::<B::FloatTensorPrimitive>(),
+            failed: Mutex::new(FxHashSet::default()),
+            strict: AtomicBool::new(false),
+            inject_failure: AtomicBool::new(false),
+        }
+    }
+
+    /// What a failed generated kernel does (see `CompileConfig::strict`).
+    pub fn set_kernel_policy(&self, strict: bool, inject_failure: bool) {
+        self.strict.store(strict, Ordering::Relaxed);
+        self.inject_failure.store(inject_failure, Ordering::Relaxed);
+    }
+
+    /// Runs a fused group: its kernel, or, when the kernel cannot be compiled or launched, its
+    /// operations one by one on the inner backend (after a warning; an error when strict).
+    pub fn fused(&self, ops: &[OperationIr], group: &PointwiseGroup) {
+        let known_bad = {
+            let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            !failed.is_empty() && failed.contains(&group.kernel)
+        };
+        let strict = self.strict.load(Ordering::Relaxed);
+        let error = if known_bad {
+            "it failed before on this device".to_string()
+        } else {
+            match self.pointwise(ops, group) {
+                Ok(()) => return,
+                Err(e) => e,
+            }
+        };
+        let message = format!(
+            "burn-compile: a generated kernel cannot run ({error}); {}: {}",
+            if strict {
+                "strict mode, giving up"
+            } else {
+                "running its ops on the inner backend instead"
+            },
+            group.summary()
+        );
+        if strict {
+            panic!("{message}");
+        }
+        if !known_bad {
+            // Warned once per kernel; later replays go straight to the ops.
+            tracing::warn!(target: "burn_compile::output_code", "{message}");
+            self.failed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(group.kernel.clone());
+        }
+        crate::diagnostics::kernel_fallback();
+        let mut positions: Vec<u32> = group.ops.iter().chain(&group.drops).copied().collect();
+        positions.sort_unstable();
+        for p in positions {
+            super::execute_one(self, ops[p as usize].clone());
         }
     }
 
@@ -36,8 +97,8 @@ impl<B: BackendIr> InnerDevice<B> {
 
     /// Runs a fused group's kernel in place of its operations (`ops` is the graph it was
     /// scheduled from), then frees what the operations would have freed: inputs consumed in
-    /// the group and tensors dropped inside it.
-    pub fn pointwise(&self, ops: &[OperationIr], group: &PointwiseGroup) {
+    /// the group and tensors dropped inside it. On failure nothing has changed.
+    fn pointwise(&self, ops: &[OperationIr], group: &PointwiseGroup) -> Result<(), String> {
         let target = self
             .kernels
             .as_deref()
@@ -70,7 +131,10 @@ impl<B: BackendIr> InnerDevice<B> {
                 })
             })
             .collect();
-        let outputs = target.pointwise(&group.kernel, &group.shape, &inputs, &scalars);
+        if self.inject_failure.load(Ordering::Relaxed) {
+            return Err("failure injected (inject_kernel_failure)".into());
+        }
+        let outputs = target.pointwise(&group.kernel, &group.shape, &inputs, &scalars)?;
         drop(inputs);
         for (slot, out) in group.outputs.iter().zip(outputs) {
             handles.register_handle(tensor(slot, false).id, B::float_tensor_handle(out));
@@ -86,6 +150,7 @@ impl<B: BackendIr> InnerDevice<B> {
                 handles.remove_handle(t.id);
             }
         }
+        Ok(())
     }
 
     /// The handle container. A panic of the inner backend while it was held leaves it in a

@@ -18,14 +18,14 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
 
     /// Runs `kernel` over `shape`: `inputs` in kernel order, `scalars` in kernel order. Returns
     /// the outputs, newly allocated, contiguous (of `shape`, or of its row shape for a row
-    /// kernel's row outputs).
+    /// kernel's row outputs), or why the kernel could not be compiled or launched.
     fn pointwise(
         &self,
         kernel: &PointwiseKernel,
         shape: &Shape,
         inputs: &[T],
         scalars: &[f64],
-    ) -> Vec<T>;
+    ) -> Result<Vec<T>, String>;
 }
 
 /// The kernel target of an inner backend whose float tensors are `T`, if it has one.
@@ -120,7 +120,7 @@ mod cube {
             shape: &Shape,
             inputs: &[CubeTensor<R>],
             scalars: &[f64],
-        ) -> Vec<CubeTensor<R>> {
+        ) -> Result<Vec<CubeTensor<R>>, String> {
             // Every group reads at least one tensor (its first operation's input).
             let first = &inputs[0];
             let outputs: Vec<CubeTensor<R>> = (0..kernel.outputs as usize)
@@ -140,14 +140,23 @@ mod cube {
                 })
                 .collect();
             let len = shape.num_elements();
-            match kernel.dtype {
-                DType::F32 => launch::<R, f32>(kernel, inputs, scalars, &outputs, len),
-                DType::F16 => launch::<R, half::f16>(kernel, inputs, scalars, &outputs, len),
-                DType::BF16 => launch::<R, half::bf16>(kernel, inputs, scalars, &outputs, len),
-                DType::F64 => launch::<R, f64>(kernel, inputs, scalars, &outputs, len),
-                dtype => unreachable!("the plan only keeps accepted kernels, not {dtype:?}"),
-            }
-            outputs
+            // CubeCL compiles a kernel at its first launch and panics when the compiler
+            // refuses it: that is a failed compile, reported to the caller (which falls back).
+            let launched =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match kernel.dtype {
+                    DType::F32 => launch::<R, f32>(kernel, inputs, scalars, &outputs, len),
+                    DType::F16 => launch::<R, half::f16>(kernel, inputs, scalars, &outputs, len),
+                    DType::BF16 => launch::<R, half::bf16>(kernel, inputs, scalars, &outputs, len),
+                    DType::F64 => launch::<R, f64>(kernel, inputs, scalars, &outputs, len),
+                    dtype => unreachable!("the plan only keeps accepted kernels, not {dtype:?}"),
+                }));
+            launched.map(|_| outputs).map_err(|payload| {
+                payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "the kernel launch panicked".into())
+            })
         }
     }
 }
