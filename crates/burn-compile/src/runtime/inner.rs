@@ -103,14 +103,17 @@ impl<B: BackendIr> InnerDevice<B> {
             .kernels
             .as_deref()
             .expect("a plan with fused kernels is only built for a kernel target");
-        let tensor = |slot: &burn_compile_schedule::Slot, inputs: bool| -> &TensorIr {
+        // Slots name an operation's input or output by position (no allocation per replay).
+        let input = |slot: &burn_compile_schedule::Slot| -> &TensorIr {
             let op = &ops[slot.op as usize];
-            let mut it: Box<dyn Iterator<Item = &TensorIr>> = if inputs {
-                Box::new(op.inputs())
-            } else {
-                Box::new(op.outputs())
-            };
-            it.nth(slot.pos as usize)
+            op.inputs()
+                .nth(slot.pos as usize)
+                .expect("slot within the operation")
+        };
+        let output = |slot: &burn_compile_schedule::Slot| -> &TensorIr {
+            let op = &ops[slot.op as usize];
+            op.outputs()
+                .nth(slot.pos as usize)
                 .expect("slot within the operation")
         };
         let scalars: Vec<f64> = group
@@ -123,7 +126,7 @@ impl<B: BackendIr> InnerDevice<B> {
             .inputs
             .iter()
             .map(|slot| {
-                let t = tensor(slot, true);
+                let t = input(slot);
                 let handle = handles.get_handle(&t.id, &burn_ir::TensorStatus::ReadOnly);
                 B::float_tensor(TensorHandle {
                     handle,
@@ -137,11 +140,11 @@ impl<B: BackendIr> InnerDevice<B> {
         let outputs = target.pointwise(&group.kernel, &group.shape, &inputs, &scalars)?;
         drop(inputs);
         for (slot, out) in group.outputs.iter().zip(outputs) {
-            handles.register_handle(tensor(slot, false).id, B::float_tensor_handle(out));
+            handles.register_handle(output(slot).id, B::float_tensor_handle(out));
         }
         for (slot, consumed) in group.inputs.iter().zip(&group.consumed) {
             if *consumed {
-                handles.remove_handle(tensor(slot, true).id);
+                handles.remove_handle(input(slot).id);
             }
         }
         for d in &group.drops {

@@ -6,6 +6,7 @@
 //! here, so their plans run every op on the inner backend. The target is found from the float
 //! tensor type, so `Compiled<B>` needs no bound beyond Burn's own.
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn_backend::DType;
 use burn_compile_schedule::PointwiseKernel;
 use burn_std::Shape;
@@ -43,7 +44,6 @@ pub(crate) fn target_for<T: 'static>() -> Option<Arc<dyn KernelTarget<T>>> {
     ]) {
         return Some(t);
     }
-    let _ = DType::F32;
     None
 }
 
