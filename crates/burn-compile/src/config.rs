@@ -28,6 +28,11 @@ pub struct CompileConfig {
     /// them (CubeCL backends: wgpu, CUDA); elsewhere every op runs on the inner backend
     /// (`BURN_COMPILE_FUSION`).
     pub fusion: bool,
+    /// Run matrix products (matmul, linear and its gradients) through a library matmul with
+    /// fused epilogues (bias, ReLU) where the inner backend has one: cuBLASLt on CUDA. `false`
+    /// keeps the inner backend's own matmul (cubek), which is also what runs on wgpu and where
+    /// cuBLASLt cannot be loaded (`BURN_COMPILE_LIBRARY_MATMUL`).
+    pub library_matmul: bool,
     /// A generated kernel that fails to compile or launch is an error (raised at the next
     /// read or sync, like an inner-backend panic) instead of a warning and an eager fallback
     /// of its ops (`BURN_COMPILE_STRICT`).
@@ -53,6 +58,7 @@ impl Default for CompileConfig {
             detect_period: true,
             dead_code_elimination: true,
             fusion: true,
+            library_matmul: true,
             strict: false,
             inject_kernel_failure: false,
             diagnostics: false,
@@ -128,6 +134,9 @@ impl CompileConfig {
         }
         if let Some((k, v)) = get("BURN_COMPILE_FUSION") {
             self.fusion = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_LIBRARY_MATMUL") {
+            self.library_matmul = parse_bool(&k, &v)?;
         }
         if let Some((k, v)) = get("BURN_COMPILE_STRICT") {
             self.strict = parse_bool(&k, &v)?;

@@ -24,6 +24,8 @@ pub struct GraphRecord {
     pub fused_kernels: usize,
     /// Ops that run inside those kernels.
     pub fused_ops: usize,
+    /// Library matmuls among the launches (cuBLASLt), and how many fused an epilogue.
+    pub library_matmuls: (usize, usize),
     /// One line per generated kernel (kind, shape, ops fused), when diagnostics are on.
     pub kernels: Vec<String>,
     /// Ops removed as dead code.

@@ -23,6 +23,8 @@ pub struct Explanation {
     pub launches_per_graph: Vec<usize>,
     /// Generated (fused) kernels over all graphs.
     pub fused_kernels: usize,
+    /// Library matmuls (cuBLASLt) over all graphs.
+    pub library_matmuls: usize,
     /// Time spent compiling each graph (zero for a cache hit).
     pub compile_times: Vec<Duration>,
     /// Graphs whose plan came from the cache.
@@ -45,6 +47,7 @@ impl Explanation {
             ops_per_graph: graphs.iter().map(|g| g.ops).collect(),
             launches_per_graph: graphs.iter().map(|g| g.launches).collect(),
             fused_kernels: graphs.iter().map(|g| g.fused_kernels).sum(),
+            library_matmuls: graphs.iter().map(|g| g.library_matmuls.0).sum(),
             compile_times: graphs.iter().map(|g| g.compile_time).collect(),
             cache_hits: graphs.iter().filter(|g| g.cache_hit).count(),
             cache_misses: graphs.iter().filter(|g| !g.cache_hit).count(),
@@ -78,12 +81,16 @@ impl fmt::Display for Explanation {
             };
             writeln!(
                 f,
-                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops), {} dead, {}, ended by {ended}",
+                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops{}), {} dead, {}, ended by {ended}",
                 g.key,
                 g.ops,
                 g.launches,
                 g.fused_kernels,
                 g.fused_ops,
+                match g.library_matmuls {
+                    (0, _) => String::new(),
+                    (n, fused) => format!(", {n} library matmul(s), {fused} with a fused epilogue"),
+                },
                 g.dead,
                 if g.cache_hit {
                     "cache hit".to_string()

@@ -5,8 +5,10 @@
 //! ([`Step::Pointwise`]) when the target can generate kernels. A plan refers to operations by
 //! position, never by tensor id, so one plan serves every segment with the same key.
 
+mod matmul;
 mod pointwise;
 
+pub use matmul::{Gemm, GemmOperand, MatmulGroup, MatmulKind, gemm, matmul_groups};
 pub use pointwise::{
     BinaryOp, Instr, PointwiseGroup, PointwiseKernel, ReduceOp, RowLayout, Slot, UnaryOp,
     pointwise_groups, scalar_operand,
@@ -30,6 +32,9 @@ pub enum Step {
     /// Fused group `group` of [`Plan::pointwise`]: one generated kernel in place of its
     /// operations, then the group's drops and consumed inputs are freed.
     Pointwise { group: u32 },
+    /// Matmul group `group` of [`Plan::matmul`]: one library matmul with its epilogue in place
+    /// of its operations (or the operations themselves where the library cannot take the call).
+    Matmul { group: u32 },
 }
 
 /// What a cached graph replays.
@@ -43,6 +48,9 @@ pub struct Plan {
     pub dead: u32,
     /// The fused pointwise groups, referred to by [`Step::Pointwise`].
     pub pointwise: Vec<PointwiseGroup>,
+    /// The library matmuls, referred to by [`Step::Matmul`].
+    #[serde(default)]
+    pub matmul: Vec<MatmulGroup>,
 }
 
 impl Plan {
@@ -65,9 +73,24 @@ impl Plan {
         self.pointwise.iter().map(|g| g.ops.len()).sum()
     }
 
-    /// One line per generated kernel: its kind, iteration shape, what it fused.
+    /// Number of library matmuls, and how many of them fused an epilogue (bias or ReLU).
+    pub fn library_matmuls(&self) -> (usize, usize) {
+        let fused = self
+            .matmul
+            .iter()
+            .filter(|g| g.bias || g.relu.is_some())
+            .count();
+        (self.matmul.len(), fused)
+    }
+
+    /// One line per generated kernel (its kind, iteration shape, what it fused), then one per
+    /// library matmul.
     pub fn kernel_summaries(&self) -> Vec<String> {
-        self.pointwise.iter().map(PointwiseGroup::summary).collect()
+        self.pointwise
+            .iter()
+            .map(PointwiseGroup::summary)
+            .chain(self.matmul.iter().map(MatmulGroup::summary))
+            .collect()
     }
 }
 
@@ -80,6 +103,9 @@ pub struct ScheduleOptions<'a> {
     /// target accepts it (e.g. its dtype has a kernel there). `None`: no fusion (a target that
     /// cannot generate kernels, or fusion turned off).
     pub pointwise: Option<&'a dyn Fn(&PointwiseKernel) -> bool>,
+    /// Run matrix products through a library matmul with fused epilogues, each kept only when
+    /// the target accepts it (its dtype). `None`: the inner backend's own matmul.
+    pub matmul: Option<&'a dyn Fn(&MatmulGroup) -> bool>,
 }
 
 /// The step that runs live operation `op` (position `i`).
@@ -100,7 +126,26 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
             releases: Vec::new(),
         }
     };
-    let live: Vec<bool> = dead.iter().map(|d| !d).collect();
+    let mut live: Vec<bool> = dead.iter().map(|d| !d).collect();
+    // Library matmuls first: the ReLU of a matmul epilogue is not a pointwise kernel's.
+    let matmul: Vec<MatmulGroup> = match options.matmul {
+        Some(accepts) => matmul_groups(ops, &live)
+            .into_iter()
+            .filter(|g| accepts(g))
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut matmul_at = vec![None; ops.len()];
+    let mut in_epilogue = vec![false; ops.len()];
+    for (g, group) in matmul.iter().enumerate() {
+        for i in group.ops() {
+            live[i as usize] = false;
+        }
+        matmul_at[group.op as usize] = Some(g as u32);
+        if let Some(r) = group.relu {
+            in_epilogue[r as usize] = true;
+        }
+    }
     let pointwise: Vec<PointwiseGroup> = match options.pointwise {
         Some(accepts) => pointwise_groups(ops, &live)
             .into_iter()
@@ -119,7 +164,11 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
     let mut releases = releases.into_iter().peekable();
     let mut steps = Vec::with_capacity(ops.len());
     for (i, is_dead) in dead.iter().enumerate() {
-        if let Some(group) = in_group[i] {
+        if let Some(group) = matmul_at[i] {
+            steps.push(Step::Matmul { group });
+        } else if in_epilogue[i] {
+            // A ReLU fused into a matmul's epilogue: runs with it.
+        } else if let Some(group) = in_group[i] {
             let g = &pointwise[group as usize];
             if g.ops[0] as usize == i {
                 steps.extend(g.hoisted.iter().map(|&h| step(&ops[h as usize], h)));
@@ -137,5 +186,6 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         ops: ops.len() as u32,
         dead: dead.iter().filter(|d| **d).count() as u32,
         pointwise,
+        matmul,
     }
 }

@@ -268,6 +268,7 @@ fn plan_of(
     let options = ScheduleOptions {
         dead_code_elimination: true,
         pointwise,
+        matmul: None,
     };
     schedule(ops, options)
 }

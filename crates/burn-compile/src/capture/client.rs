@@ -411,12 +411,14 @@ impl<B: BackendIr> Shared<B> {
         inner.set_kernel_policy(config.strict, config.inject_kernel_failure);
         let kernels = inner.kernels();
         let accepts = kernels.map(|k| move |kernel: &_| k.accepts(kernel));
+        let accepts_matmul = kernels.map(|k| move |group: &_| k.accepts_matmul(group));
         let (plan, mut record) = cache.plan(
             key,
             &ops,
             config,
             diagnostics_on,
             accepts.as_ref().map(|f| f as _),
+            accepts_matmul.as_ref().map(|f| f as _),
         );
         self.executor
             .submit(ops, plan, thread, config.async_execution);

@@ -8,7 +8,7 @@ use crate::capture::{BreakReason, GraphBreak};
 use crate::config::CompileConfig;
 use crate::diagnostics::GraphRecord;
 use burn_compile_graph::{Activation, GraphKey, op_listing};
-use burn_compile_schedule::{Plan, PointwiseKernel, ScheduleOptions, Step, schedule};
+use burn_compile_schedule::{MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, Step, schedule};
 use burn_ir::{BackendIr, OperationIr};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 struct PlanConfig {
     dead_code_elimination: bool,
     fusion: bool,
+    library_matmul: bool,
 }
 
 impl From<&CompileConfig> for PlanConfig {
@@ -26,6 +27,7 @@ impl From<&CompileConfig> for PlanConfig {
         Self {
             dead_code_elimination: c.dead_code_elimination,
             fusion: c.fusion,
+            library_matmul: c.library_matmul,
         }
     }
 }
@@ -46,6 +48,7 @@ impl PlanCache {
         config: &CompileConfig,
         diagnostics: bool,
         accepts: Option<&dyn Fn(&PointwiseKernel) -> bool>,
+        accepts_matmul: Option<&dyn Fn(&MatmulGroup) -> bool>,
     ) -> (Arc<Plan>, GraphRecord) {
         let cache_key = (key, PlanConfig::from(config));
         let (plan, cache_hit, compile_time) = match self.plans.get(&cache_key) {
@@ -55,6 +58,7 @@ impl PlanCache {
                 let options = ScheduleOptions {
                     dead_code_elimination: config.dead_code_elimination,
                     pointwise: accepts.filter(|_| config.fusion),
+                    matmul: accepts_matmul.filter(|_| config.library_matmul),
                 };
                 let plan = Arc::new(schedule(ops, options));
                 let elapsed = start.elapsed();
@@ -69,6 +73,7 @@ impl PlanCache {
             launches: plan.launches(),
             fused_kernels: plan.fused_kernels(),
             fused_ops: plan.fused_ops(),
+            library_matmuls: plan.library_matmuls(),
             kernels: if diagnostics {
                 plan.kernel_summaries()
             } else {
@@ -113,6 +118,7 @@ pub(crate) fn execute<B: BackendIr>(
                 super::activation::run(inner, &ops[*op as usize], *kind)
             }
             Step::Pointwise { group } => inner.fused(&ops, &plan.pointwise[*group as usize]),
+            Step::Matmul { group } => inner.library_matmul(&ops, &plan.matmul[*group as usize]),
             Step::Release { op, inputs } => {
                 for (pos, input) in ops[*op as usize].inputs().enumerate() {
                     if inputs.contains(&(pos as u8)) {

@@ -8,8 +8,7 @@
 
 use super::kernels::{KernelTarget, target_for};
 use burn_backend::{DType, ExecutionError, TensorData};
-use burn_compile_schedule::PointwiseKernel;
-use burn_compile_schedule::{PointwiseGroup, scalar_operand};
+use burn_compile_schedule::{MatmulGroup, PointwiseGroup, PointwiseKernel, scalar_operand};
 use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, TensorIr};
 use burn_std::future::DynFut;
 use rustc_hash::FxHashSet;
@@ -62,18 +61,7 @@ impl<B: BackendIr> InnerDevice<B> {
                 Err(e) => e,
             }
         };
-        let message = format!(
-            "burn-compile: a generated kernel cannot run ({error}); {}: {}",
-            if strict {
-                "strict mode, giving up"
-            } else {
-                "running its ops on the inner backend instead"
-            },
-            group.summary()
-        );
-        if strict {
-            panic!("{message}");
-        }
+        let message = failure("a generated kernel", &error, strict, &group.summary());
         if !known_bad {
             // Warned once per kernel; later replays go straight to the ops.
             tracing::warn!(target: "burn_compile::output_code", "{message}");
@@ -88,6 +76,61 @@ impl<B: BackendIr> InnerDevice<B> {
         for p in positions {
             super::execute_one(self, ops[p as usize].clone());
         }
+    }
+
+    /// Runs a library matmul step: the library call with its epilogue, or its operations one
+    /// by one where the library cannot take these layouts (silently: a layout, not a failure),
+    /// or after a refused call (a warning: the target refuses that call shape silently from
+    /// then on; an error when strict).
+    pub fn library_matmul(&self, ops: &[OperationIr], group: &MatmulGroup) {
+        let strict = self.strict.load(Ordering::Relaxed);
+        let error = match self.try_matmul(ops, group) {
+            Ok(true) => return,
+            Ok(false) => None,
+            Err(e) => Some(e),
+        };
+        if let Some(error) = error {
+            let message = failure("a library matmul", &error, strict, &group.summary());
+            tracing::warn!(target: "burn_compile::output_code", "{message}");
+            crate::diagnostics::kernel_fallback();
+        }
+        for p in group.ops() {
+            super::execute_one(self, ops[p as usize].clone());
+        }
+    }
+
+    /// The library call of a matmul step; `Ok(false)` when the library cannot take it.
+    fn try_matmul(&self, ops: &[OperationIr], group: &MatmulGroup) -> Result<bool, String> {
+        let target = self
+            .kernels
+            .as_deref()
+            .expect("a plan with library matmuls is only built for a kernel target");
+        let op = &ops[group.op as usize];
+        let out = match group.relu {
+            Some(r) => ops[r as usize].outputs().next(),
+            None => op.outputs().next(),
+        }
+        .expect("a matmul has an output");
+        let mut handles = self.handles();
+        let inputs: Vec<B::FloatTensorPrimitive> = op
+            .inputs()
+            .map(|t| float_input::<B>(&mut handles, t))
+            .collect();
+        if self.inject_failure.load(Ordering::Relaxed) {
+            return Err("failure injected (inject_kernel_failure)".into());
+        }
+        let Some(result) = target.matmul(group, &inputs, &out.shape)? else {
+            return Ok(false);
+        };
+        drop(inputs);
+        handles.register_handle(out.id, B::float_tensor_handle(result));
+        // What the operation consumed (its inputs' last uses) is freed, as it would have been.
+        for t in op.inputs() {
+            if t.status == burn_ir::TensorStatus::ReadWrite {
+                handles.remove_handle(t.id);
+            }
+        }
+        Ok(true)
     }
 
     /// The generated-kernel target of the inner backend, if it has one.
@@ -125,14 +168,7 @@ impl<B: BackendIr> InnerDevice<B> {
         let inputs: Vec<B::FloatTensorPrimitive> = group
             .inputs
             .iter()
-            .map(|slot| {
-                let t = input(slot);
-                let handle = handles.get_handle(&t.id, &burn_ir::TensorStatus::ReadOnly);
-                B::float_tensor(TensorHandle {
-                    handle,
-                    shape: t.shape.clone(),
-                })
-            })
+            .map(|slot| float_input::<B>(&mut handles, input(slot)))
             .collect();
         if self.inject_failure.load(Ordering::Relaxed) {
             return Err("failure injected (inject_kernel_failure)".into());
@@ -220,4 +256,32 @@ impl<B: BackendIr> InnerDevice<B> {
     pub fn dtype_usage(&self, dtype: DType) -> burn_backend::DTypeUsageSet {
         B::dtype_usage(&self.device, dtype)
     }
+}
+
+/// The message of a kernel or library call that cannot run; in strict mode, the panic.
+fn failure(what: &str, error: &str, strict: bool, summary: &str) -> String {
+    let message = format!(
+        "burn-compile: {what} cannot run ({error}); {}: {summary}",
+        if strict {
+            "strict mode, giving up"
+        } else {
+            "running its ops on the inner backend instead"
+        },
+    );
+    if strict {
+        panic!("{message}");
+    }
+    message
+}
+
+/// The inner float tensor of `t`, read (its handle stays registered).
+fn float_input<B: BackendIr>(
+    handles: &mut HandleContainer<B::Handle>,
+    t: &TensorIr,
+) -> B::FloatTensorPrimitive {
+    let handle = handles.get_handle(&t.id, &burn_ir::TensorStatus::ReadOnly);
+    B::float_tensor(TensorHandle {
+        handle,
+        shape: t.shape.clone(),
+    })
 }

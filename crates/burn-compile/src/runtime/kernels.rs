@@ -6,9 +6,9 @@
 //! here, so their plans run every op on the inner backend. The target is found from the float
 //! tensor type, so `Compiled<B>` needs no bound beyond Burn's own.
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(feature = "wgpu")]
 use burn_backend::DType;
-use burn_compile_schedule::PointwiseKernel;
+use burn_compile_schedule::{MatmulGroup, PointwiseKernel};
 use burn_std::Shape;
 use std::sync::Arc;
 
@@ -27,6 +27,23 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
         inputs: &[T],
         scalars: &[f64],
     ) -> Result<Vec<T>, String>;
+
+    /// Whether this target runs `group` with a library matmul (cuBLASLt on CUDA).
+    fn accepts_matmul(&self, _group: &MatmulGroup) -> bool {
+        false
+    }
+
+    /// Runs a library matmul over `inputs` (the operation's inputs, in its order) into a new
+    /// contiguous tensor of `out_shape`. `Ok(None)`: the library cannot take these layouts
+    /// (the caller runs the operations); `Err`: the call failed.
+    fn matmul(
+        &self,
+        _group: &MatmulGroup,
+        _inputs: &[T],
+        _out_shape: &Shape,
+    ) -> Result<Option<T>, String> {
+        Ok(None)
+    }
 }
 
 /// The kernel target of an inner backend whose float tensors are `T`, if it has one.
@@ -36,20 +53,96 @@ pub(crate) fn target_for<T: 'static>() -> Option<Arc<dyn KernelTarget<T>>> {
         return Some(t);
     }
     #[cfg(feature = "cuda")]
-    if let Some(t) = cube::target::<T, burn_cuda_runtime::CudaRuntime>(&[
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::F64,
-    ]) {
+    if let Some(t) = cuda::target::<T>() {
         return Some(t);
     }
     None
 }
 
+/// CUDA: generated kernels, and cuBLASLt for the matmuls.
 #[cfg(feature = "cuda")]
-mod burn_cuda_runtime {
-    pub use burn_cubecl::cubecl::cuda::CudaRuntime;
+mod cuda {
+    use super::KernelTarget;
+    use super::cube::CubeTarget;
+    use crate::runtime::cublaslt::CuBlasLt;
+    use burn_backend::DType;
+    use burn_compile_schedule::{MatmulGroup, PointwiseKernel};
+    use burn_cubecl::cubecl::cuda::CudaRuntime;
+    use burn_cubecl::tensor::CubeTensor;
+    use burn_std::Shape;
+    use std::any::{Any, TypeId};
+    use std::sync::{Arc, OnceLock};
+
+    type Tensor = CubeTensor<CudaRuntime>;
+
+    struct CudaTarget {
+        kernels: CubeTarget<CudaRuntime>,
+        /// cuBLASLt, or `None` (warned once) when its library cannot be loaded: the inner
+        /// backend's matmul (cubek) runs instead.
+        blas: Option<&'static CuBlasLt>,
+    }
+
+    /// cuBLASLt for the process, loaded once.
+    fn blas() -> Option<&'static CuBlasLt> {
+        static BLAS: OnceLock<Option<CuBlasLt>> = OnceLock::new();
+        BLAS.get_or_init(|| match CuBlasLt::load() {
+            Ok(blas) => Some(blas),
+            Err(e) => {
+                tracing::warn!(
+                    target: "burn_compile::output_code",
+                    "burn-compile: cuBLASLt cannot be loaded ({e}); matmuls run on the inner \
+                     backend's own kernels (cubek)"
+                );
+                None
+            }
+        })
+        .as_ref()
+    }
+
+    pub fn target<T: 'static>() -> Option<Arc<dyn KernelTarget<T>>> {
+        if TypeId::of::<T>() != TypeId::of::<Tensor>() {
+            return None;
+        }
+        let target: Arc<dyn KernelTarget<Tensor>> = Arc::new(CudaTarget {
+            kernels: CubeTarget::new(&[DType::F32, DType::F16, DType::BF16, DType::F64]),
+            blas: blas(),
+        });
+        // `T` is `CubeTensor<CudaRuntime>`: the downcast is the identity.
+        let any: Box<dyn Any> = Box::new(target);
+        any.downcast::<Arc<dyn KernelTarget<T>>>().ok().map(|t| *t)
+    }
+
+    impl KernelTarget<Tensor> for CudaTarget {
+        fn accepts(&self, kernel: &PointwiseKernel) -> bool {
+            self.kernels.accepts(kernel)
+        }
+
+        fn pointwise(
+            &self,
+            kernel: &PointwiseKernel,
+            shape: &Shape,
+            inputs: &[Tensor],
+            scalars: &[f64],
+        ) -> Result<Vec<Tensor>, String> {
+            self.kernels.pointwise(kernel, shape, inputs, scalars)
+        }
+
+        fn accepts_matmul(&self, group: &MatmulGroup) -> bool {
+            self.blas.is_some() && CuBlasLt::accepts(group)
+        }
+
+        fn matmul(
+            &self,
+            group: &MatmulGroup,
+            inputs: &[Tensor],
+            out_shape: &Shape,
+        ) -> Result<Option<Tensor>, String> {
+            match self.blas {
+                Some(blas) => blas.matmul(group, inputs, out_shape),
+                None => Ok(None),
+            }
+        }
+    }
 }
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -68,23 +161,30 @@ mod cube {
     use std::marker::PhantomData;
     use std::sync::Arc;
 
-    struct CubeTarget<R> {
+    pub(super) struct CubeTarget<R> {
         /// Element types with kernels on this runtime (WGSL: f32 only).
         dtypes: &'static [DType],
         runtime: PhantomData<fn() -> R>,
     }
 
+    impl<R> CubeTarget<R> {
+        pub(super) fn new(dtypes: &'static [DType]) -> Self {
+            Self {
+                dtypes,
+                runtime: PhantomData,
+            }
+        }
+    }
+
     /// The target of `CubeTensor<R>`, as a target of `T` when `T` is that type.
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
     pub fn target<T: 'static, R: CubeRuntime>(
         dtypes: &'static [DType],
     ) -> Option<Arc<dyn KernelTarget<T>>> {
         if TypeId::of::<T>() != TypeId::of::<CubeTensor<R>>() {
             return None;
         }
-        let target: Arc<dyn KernelTarget<CubeTensor<R>>> = Arc::new(CubeTarget::<R> {
-            dtypes,
-            runtime: PhantomData,
-        });
+        let target: Arc<dyn KernelTarget<CubeTensor<R>>> = Arc::new(CubeTarget::<R>::new(dtypes));
         // `T` is `CubeTensor<R>`: the downcast is the identity.
         let any: Box<dyn Any> = Box::new(target);
         any.downcast::<Arc<dyn KernelTarget<T>>>().ok().map(|t| *t)

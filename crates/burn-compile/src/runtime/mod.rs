@@ -2,6 +2,8 @@
 
 mod activation;
 mod cache;
+#[cfg(feature = "cuda")]
+mod cublaslt;
 mod executor;
 mod inner;
 mod kernels;

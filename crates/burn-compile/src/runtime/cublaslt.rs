@@ -1,0 +1,459 @@
+//! Library matmuls on CUDA through cuBLASLt, in order with CubeCL's kernels.
+//!
+//! cuBLASLt is loaded at run time (like the CUDA driver). A call is launched like a kernel: an
+//! external task of the patched cubecl-cuda (`vendor/README.md`) with the operands as its
+//! bindings, so CubeCL's device thread enqueues it on the right stream, after the work that
+//! produced its inputs, with no blocking round trip from the thread replaying the plan.
+//! Descriptors, layouts and the algorithm are prepared once per call shape, on the device thread
+//! (where the CUDA context is current), and cached: a replayed matmul does no heuristic search,
+//! and a shape cuBLASLt refuses is known before anything is enqueued (the caller falls back).
+//!
+//! f32 runs with TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`), as Burn's f32 matmul does;
+//! f16/bf16 accumulate in f32; f64 in f64. Operands must be 16-byte aligned (every CubeCL
+//! allocation is; a tensor viewed at another offset runs on the inner backend).
+
+use burn_backend::DType;
+use burn_compile_schedule::{Gemm, GemmOperand, MatmulGroup, gemm};
+use burn_cubecl::cubecl::cuda::CudaRuntime;
+use burn_cubecl::cubecl::prelude::CubeCount;
+use burn_cubecl::cubecl::server::{Handle as Buffer, KernelArguments};
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_std::Shape;
+use cubecl_cuda::external::ExternalTask;
+use cudarc::cublaslt::{result, sys};
+use rustc_hash::FxHashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+type Tensor = CubeTensor<CudaRuntime>;
+
+/// Workspace per stream: what cuBLAS recommends on Hopper (32 MiB).
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// The operand alignment every prepared call assumes.
+const ALIGNMENT: u32 = 16;
+
+/// cuBLASLt on one process: its handle, workspaces and prepared calls.
+pub(crate) struct CuBlasLt {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    handle: Option<Arc<LtHandle>>,
+    /// One workspace per device and CubeCL stream: calls on one stream are ordered, calls on
+    /// two streams may overlap.
+    workspaces: FxHashMap<(u32, u64), Buffer>,
+    calls: FxHashMap<CallKey, Arc<Call>>,
+    /// Call shapes cuBLASLt refused (reported once; the operations run from then on).
+    refused: rustc_hash::FxHashSet<CallKey>,
+}
+
+struct LtHandle(sys::cublasLtHandle_t);
+
+// SAFETY: a cuBLASLt handle may be used from any thread; descriptors are only used under
+// `Call::lock` (the bias pointer is set per call).
+unsafe impl Send for LtHandle {}
+unsafe impl Sync for LtHandle {}
+unsafe impl Send for Call {}
+unsafe impl Sync for Call {}
+
+/// What a prepared call depends on.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct CallKey {
+    gemm: Gemm,
+    dtype: DType,
+    relu: bool,
+}
+
+/// A prepared call: descriptor, layouts (A, B, D) and algorithm.
+struct Call {
+    desc: sys::cublasLtMatmulDesc_t,
+    layouts: [sys::cublasLtMatrixLayout_t; 3],
+    algo: sys::cublasLtMatmulAlgo_t,
+    /// Held while the descriptor's bias pointer is set and the call enqueued.
+    lock: Mutex<()>,
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        // SAFETY: created by `prepare`, destroyed once.
+        unsafe {
+            for l in self.layouts.into_iter().filter(|l| !l.is_null()) {
+                let _ = result::destroy_matrix_layout(l);
+            }
+            let _ = result::destroy_matmul_desc(self.desc);
+        }
+    }
+}
+
+/// A cuBLASLt error or refusal, as text.
+fn err(e: impl std::fmt::Debug) -> String {
+    format!("cuBLASLt: {e:?}")
+}
+
+impl CuBlasLt {
+    /// cuBLASLt, if its library can be loaded on this machine.
+    pub fn load() -> Result<Self, String> {
+        // `culib` panics with the names it tried when the library is missing.
+        std::panic::catch_unwind(|| unsafe {
+            sys::culib();
+        })
+        .map_err(|payload| {
+            payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "libcublasLt could not be loaded".into())
+        })?;
+        Ok(Self {
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// Whether cuBLASLt has a matmul for `group` (its dtype).
+    pub fn accepts(group: &MatmulGroup) -> bool {
+        matches!(
+            group.dtype,
+            DType::F32 | DType::F16 | DType::BF16 | DType::F64
+        )
+    }
+
+    /// Runs `group` over `inputs` (the operation's inputs, in its order) into a new contiguous
+    /// tensor of `out_shape`. `Ok(None)`: one call cannot express the product with these
+    /// layouts (the caller runs the operation itself); `Err`: cuBLASLt refused the call.
+    pub fn matmul(
+        &self,
+        group: &MatmulGroup,
+        inputs: &[Tensor],
+        out_shape: &Shape,
+    ) -> Result<Option<Tensor>, String> {
+        if inputs.iter().any(|t| t.dtype != group.dtype) {
+            return Ok(None);
+        }
+        let layout = |inputs: &[Tensor]| {
+            let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.meta.shape().as_slice()).collect();
+            let strides: Vec<&[usize]> = inputs.iter().map(|t| &t.meta.strides()[..]).collect();
+            gemm(group.kind, &shapes, &strides, out_shape.as_slice())
+        };
+        // Operands whose batch does not fold into one stride (attention's heads, split by a
+        // reshape and a swap) are copied contiguous first, as the inner backend's matmul does.
+        let contiguous: Vec<Tensor>;
+        let (g, inputs) = match layout(inputs) {
+            Some(g) => (g, inputs),
+            None => {
+                contiguous = inputs
+                    .iter()
+                    .map(|t| burn_cubecl::kernel::into_contiguous(t.clone()))
+                    .collect();
+                match layout(&contiguous) {
+                    Some(g) => (g, &contiguous[..]),
+                    None => return Ok(None),
+                }
+            }
+        };
+        let aligned = |t: &Tensor| t.handle.offset_start.unwrap_or(0) % ALIGNMENT as u64 == 0;
+        if !inputs.iter().all(aligned) {
+            return Ok(None);
+        }
+        let first = &inputs[0];
+        let client = first.client.clone();
+        let key = CallKey {
+            gemm: g,
+            dtype: group.dtype,
+            relu: group.relu.is_some(),
+        };
+        let (handle, call, workspace) = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let state = &mut *state;
+            if state.refused.contains(&key) {
+                return Ok(None);
+            }
+            if state.handle.is_none() || !state.calls.contains_key(&key) {
+                // Once per call shape: on the device thread, where the context is current.
+                let existing = state.handle.clone();
+                let prepared = client
+                    .exclusive(move || -> Result<_, String> {
+                        let handle = match existing {
+                            Some(h) => h,
+                            None => Arc::new(LtHandle(result::create_handle().map_err(err)?)),
+                        };
+                        let call = prepare(handle.0, &key)?;
+                        Ok((handle, call))
+                    })
+                    .map_err(err)
+                    .and_then(|r| r);
+                let (handle, call) = prepared.inspect_err(|_| {
+                    state.refused.insert(key);
+                })?;
+                state.handle = Some(handle);
+                state.calls.insert(key, Arc::new(call));
+            }
+            let stream = burn_cubecl::cubecl::stream_id::StreamId::current().value;
+            let workspace = state
+                .workspaces
+                .entry((first.device.index as u32, stream))
+                .or_insert_with(|| client.empty(WORKSPACE_BYTES))
+                .clone();
+            (
+                state.handle.clone().expect("created above"),
+                state.calls[&key].clone(),
+                workspace,
+            )
+        };
+
+        let out = empty_device_contiguous_dtype(
+            client.clone(),
+            first.device.clone(),
+            out_shape.clone(),
+            group.dtype,
+        );
+        let mut buffers = vec![
+            inputs[g.a.input].handle.clone().binding(),
+            inputs[g.b.input].handle.clone().binding(),
+            out.handle.clone().binding(),
+            workspace.binding(),
+        ];
+        if let Some(b) = g.bias {
+            buffers.push(inputs[b].handle.clone().binding());
+        }
+        let dtype = group.dtype;
+        let task = ExternalTask::new(Box::new(
+            move |stream: cudarc::driver::sys::CUstream, pointers: &[u64]| {
+                enqueue(&handle, &call, dtype, stream, pointers)
+            },
+        ));
+        client.launch(
+            Box::new(task),
+            CubeCount::Static(1, 1, 1),
+            KernelArguments::new().with_buffers(buffers),
+        );
+        Ok(Some(out))
+    }
+}
+
+/// Enqueues a prepared call on `stream` (on the device thread). `pointers`: A, B, D, the
+/// workspace, then the bias if any.
+fn enqueue(
+    handle: &LtHandle,
+    call: &Call,
+    dtype: DType,
+    stream: cudarc::driver::sys::CUstream,
+    pointers: &[u64],
+) -> Result<(), String> {
+    if pointers.iter().any(|p| p % ALIGNMENT as u64 != 0) {
+        return Err(err(format!(
+            "an operand is not {ALIGNMENT}-byte aligned: {pointers:x?}"
+        )));
+    }
+    let _guard = call.lock.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(bias) = pointers.get(4) {
+        // SAFETY: the descriptor is alive (the call is held) and used under its lock.
+        unsafe {
+            result::set_matmul_desc_attribute(
+                call.desc,
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                bias as *const u64 as *const c_void,
+                std::mem::size_of::<u64>(),
+            )
+            .map_err(err)?;
+        }
+    }
+    let (one_f32, zero_f32, one_f64, zero_f64) = (1f32, 0f32, 1f64, 0f64);
+    let (alpha, beta): (*const c_void, *const c_void) = if dtype == DType::F64 {
+        (
+            &one_f64 as *const f64 as *const c_void,
+            &zero_f64 as *const f64 as *const c_void,
+        )
+    } else {
+        (
+            &one_f32 as *const f32 as *const c_void,
+            &zero_f32 as *const f32 as *const c_void,
+        )
+    };
+    let [a_layout, b_layout, d_layout] = call.layouts;
+    let d = pointers[2] as *mut c_void;
+    // SAFETY: the pointers are CubeCL allocations bound to this task (alive until it ran) of
+    // the shapes and strides the layouts were built from (`gemm` checked them); the stream is
+    // the one CubeCL resolved the bindings on, so the call is ordered with their producers.
+    unsafe {
+        result::matmul(
+            handle.0,
+            call.desc,
+            alpha,
+            beta,
+            pointers[0] as *const c_void,
+            a_layout,
+            pointers[1] as *const c_void,
+            b_layout,
+            d,
+            d_layout,
+            d,
+            d_layout,
+            &call.algo,
+            pointers[3] as *mut c_void,
+            WORKSPACE_BYTES,
+            stream as sys::cudaStream_t,
+        )
+        .map_err(err)
+    }
+}
+
+/// The cuBLASLt element, compute and scale types of `dtype`.
+fn types(
+    dtype: DType,
+) -> (
+    sys::cudaDataType,
+    sys::cublasComputeType_t,
+    sys::cudaDataType,
+) {
+    use sys::cublasComputeType_t::*;
+    use sys::cudaDataType_t::*;
+    match dtype {
+        DType::F32 => (CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F),
+        DType::F16 => (CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+        DType::BF16 => (CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+        DType::F64 => (CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F),
+        other => unreachable!("`CuBlasLt::accepts` refused {other:?}"),
+    }
+}
+
+/// Builds the descriptor and layouts of a call and picks its algorithm.
+fn prepare(handle: sys::cublasLtHandle_t, key: &CallKey) -> Result<Call, String> {
+    let g = &key.gemm;
+    let (elem, compute, scale) = types(key.dtype);
+    let desc = result::create_matmul_desc(compute, scale).map_err(err)?;
+    // From here on `call` owns what is created (destroyed on every error path by its drop).
+    let layout = |o: &GemmOperand| -> Result<sys::cublasLtMatrixLayout_t, String> {
+        let l = result::create_matrix_layout(elem, o.rows, o.cols, o.ld).map_err(err)?;
+        set_batch(l, g.batch, o.batch_stride)?;
+        Ok(l)
+    };
+    let mut call = Call {
+        desc,
+        layouts: [std::ptr::null_mut(); 3],
+        // SAFETY: a plain C struct (an array of integers); replaced by the heuristic's choice.
+        algo: unsafe { std::mem::zeroed() },
+        lock: Mutex::new(()),
+    };
+    call.layouts[0] = layout(&g.a)?;
+    call.layouts[1] = layout(&g.b)?;
+    let d = result::create_matrix_layout(elem, g.m, g.n, g.m as i64).map_err(err)?;
+    call.layouts[2] = d;
+    set_batch(d, g.batch, g.d_batch_stride)?;
+
+    let set = |attr: sys::cublasLtMatmulDescAttributes_t, value: i32| -> Result<(), String> {
+        // SAFETY: the descriptor is alive; the attribute takes a 32-bit value.
+        unsafe {
+            result::set_matmul_desc_attribute(
+                desc,
+                attr,
+                &value as *const i32 as *const c_void,
+                std::mem::size_of::<i32>(),
+            )
+            .map_err(err)
+        }
+    };
+    use sys::cublasLtEpilogue_t::*;
+    use sys::cublasLtMatmulDescAttributes_t::*;
+    set(CUBLASLT_MATMUL_DESC_TRANSA, g.a.trans as i32)?;
+    set(CUBLASLT_MATMUL_DESC_TRANSB, g.b.trans as i32)?;
+    let epilogue = match (g.bias.is_some(), key.relu) {
+        (true, true) => CUBLASLT_EPILOGUE_RELU_BIAS,
+        (true, false) => CUBLASLT_EPILOGUE_BIAS,
+        (false, true) => CUBLASLT_EPILOGUE_RELU,
+        (false, false) => CUBLASLT_EPILOGUE_DEFAULT,
+    };
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue as i32)?;
+    if g.bias.is_some() {
+        // The heuristic needs a bias pointer to be set; the real one is set per call.
+        let ptr: u64 = 256;
+        // SAFETY: as above, a 64-bit device pointer.
+        unsafe {
+            result::set_matmul_desc_attribute(
+                desc,
+                CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                &ptr as *const u64 as *const c_void,
+                std::mem::size_of::<u64>(),
+            )
+            .map_err(err)?;
+        }
+    }
+
+    let pref = result::create_matmul_pref().map_err(err)?;
+    let chosen = (|| {
+        use sys::cublasLtMatmulPreferenceAttributes_t::*;
+        let set_pref = |attr, value: *const c_void, size: usize| -> Result<(), String> {
+            // SAFETY: the preference is alive; `value` points to `size` bytes of the type the
+            // attribute takes.
+            unsafe { result::set_matmul_pref_attribute(pref, attr, value, size).map_err(err) }
+        };
+        let workspace = WORKSPACE_BYTES as u64;
+        set_pref(
+            CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            &workspace as *const u64 as *const c_void,
+            std::mem::size_of::<u64>(),
+        )?;
+        let align = |attr, bytes: &u32| {
+            set_pref(
+                attr,
+                bytes as *const u32 as *const c_void,
+                std::mem::size_of::<u32>(),
+            )
+        };
+        // Algorithms that need more than the alignment every operand has are excluded.
+        for attr in [
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+        ] {
+            align(attr, &ALIGNMENT)?;
+        }
+        // SAFETY: every object is alive and describes this call.
+        unsafe {
+            result::get_matmul_algo_heuristic(
+                handle,
+                desc,
+                call.layouts[0],
+                call.layouts[1],
+                call.layouts[2],
+                call.layouts[2],
+                pref,
+            )
+            .map_err(err)
+        }
+    })();
+    // SAFETY: created above, destroyed once.
+    unsafe {
+        let _ = result::destroy_matmul_pref(pref);
+    }
+    call.algo = chosen?.algo;
+    Ok(call)
+}
+
+fn set_batch(layout: sys::cublasLtMatrixLayout_t, batch: u32, stride: i64) -> Result<(), String> {
+    if batch <= 1 {
+        return Ok(());
+    }
+    use sys::cublasLtMatrixLayoutAttribute_t::*;
+    let count = batch as i32;
+    // SAFETY: the layout is alive; count is a 32-bit and the stride a 64-bit attribute.
+    unsafe {
+        result::set_matrix_layout_attribute(
+            layout,
+            CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+            &count as *const i32 as *const c_void,
+            std::mem::size_of::<i32>(),
+        )
+        .map_err(err)?;
+        result::set_matrix_layout_attribute(
+            layout,
+            CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+            &stride as *const i64 as *const c_void,
+            std::mem::size_of::<i64>(),
+        )
+        .map_err(err)
+    }
+}

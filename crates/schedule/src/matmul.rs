@@ -1,0 +1,395 @@
+//! Matmul steps: the graph's matrix products, each run by a library matmul (cuBLASLt on CUDA)
+//! with what it can fuse as an epilogue.
+//!
+//! Burn 0.21 records `Linear` as one operation (`x @ W + b`, which eager Burn runs as a matmul
+//! and a broadcast add) and its backward as `LinearXBackward` (`dy @ Wᵀ`) and
+//! `LinearWeightBackward` (`Σ_batch xᵀ @ dy`); attention's products are plain `Matmul`s. A
+//! library matmul runs each as one launch: the bias is its epilogue, a ReLU that is the only
+//! reader of the product is fused too (bias + ReLU epilogue), the transposes are layouts, and the
+//! weight gradient's batch sum is folded into the reduction dimension. Whether a given call can
+//! be done (strides, batch broadcasting) is only known from the tensors, so the runtime decides
+//! per replay and runs the operations themselves when it cannot.
+
+use burn_backend::DType;
+use burn_compile_graph::Activation;
+use burn_ir::{FloatOperationIr, ModuleOperationIr, OperationIr, TensorStatus};
+use serde::{Deserialize, Serialize};
+
+/// What a matmul step computes, named after the operation it replaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MatmulKind {
+    /// `lhs @ rhs` (batched; `FloatOperationIr::Matmul`).
+    Matmul,
+    /// `x @ W (+ b)` (`ModuleOperationIr::Linear`).
+    Linear,
+    /// `dy @ Wᵀ` (`ModuleOperationIr::LinearXBackward`).
+    LinearXBackward,
+    /// `Σ_batch xᵀ @ dy` (`ModuleOperationIr::LinearWeightBackward`).
+    LinearWeightBackward,
+}
+
+/// One library matmul in place of operation `op`, and of the ReLU that reads its result.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MatmulGroup {
+    pub kind: MatmulKind,
+    /// The matmul operation.
+    pub op: u32,
+    /// A ReLU activation whose input is the product and nothing else reads it: fused as the
+    /// epilogue, its output is the step's output.
+    pub relu: Option<u32>,
+    /// Whether the product has a bias (a `Linear` with one), fused as the epilogue.
+    pub bias: bool,
+    pub dtype: DType,
+}
+
+impl MatmulGroup {
+    /// The operations the step replaces, in program order.
+    pub fn ops(&self) -> impl Iterator<Item = u32> + '_ {
+        std::iter::once(self.op).chain(self.relu)
+    }
+
+    /// One line for `explain`: what the library call computes and what it fused.
+    pub fn summary(&self) -> String {
+        let what = match self.kind {
+            MatmulKind::Matmul => "matmul",
+            MatmulKind::Linear => "linear",
+            MatmulKind::LinearXBackward => "linear dx (dy @ Wᵀ)",
+            MatmulKind::LinearWeightBackward => "linear dW (xᵀ @ dy, batch folded into k)",
+        };
+        let mut epilogue = Vec::new();
+        if self.bias {
+            epilogue.push("bias");
+        }
+        if self.relu.is_some() {
+            epilogue.push("relu");
+        }
+        let epilogue = if epilogue.is_empty() {
+            String::new()
+        } else {
+            format!(", epilogue {}", epilogue.join(" + "))
+        };
+        format!("library matmul: {what}{epilogue}, {:?}", self.dtype)
+    }
+}
+
+/// The matmul kind of an operation, if it is one.
+fn kind_of(op: &OperationIr) -> Option<(MatmulKind, bool, DType)> {
+    match op {
+        OperationIr::Float(dtype, FloatOperationIr::Matmul(_)) => {
+            Some((MatmulKind::Matmul, false, *dtype))
+        }
+        OperationIr::Module(ModuleOperationIr::Linear(l)) => {
+            Some((MatmulKind::Linear, l.bias.is_some(), l.out.dtype))
+        }
+        OperationIr::Module(ModuleOperationIr::LinearXBackward(l)) => {
+            Some((MatmulKind::LinearXBackward, false, l.out.dtype))
+        }
+        OperationIr::Module(ModuleOperationIr::LinearWeightBackward(l)) => {
+            Some((MatmulKind::LinearWeightBackward, false, l.out.dtype))
+        }
+        _ => None,
+    }
+}
+
+/// Finds the matmul steps of a graph among its live operations (`live[i]`).
+pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
+    let mut groups = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        let Some((kind, bias, dtype)) = kind_of(op) else {
+            continue;
+        };
+        if !dtype.is_float() {
+            continue;
+        }
+        let relu = match kind {
+            MatmulKind::Matmul | MatmulKind::Linear => fusible_relu(ops, live, i),
+            _ => None,
+        };
+        groups.push(MatmulGroup {
+            kind,
+            op: i as u32,
+            relu,
+            bias,
+            dtype,
+        });
+    }
+    groups
+}
+
+/// The ReLU that reads operation `i`'s output as its only reader (consuming it), if any.
+fn fusible_relu(ops: &[OperationIr], live: &[bool], i: usize) -> Option<u32> {
+    let out = ops[i].outputs().next()?.id;
+    for (j, op) in ops.iter().enumerate().skip(i + 1) {
+        if !op.inputs().any(|t| t.id == out) {
+            continue;
+        }
+        // The first reader: a live ReLU that consumes the product (its last use).
+        let is_relu = live[j] && Activation::of(op) == Some(Activation::Relu);
+        let consumes = op
+            .inputs()
+            .all(|t| t.id == out && t.status == TensorStatus::ReadWrite);
+        return (is_relu && consumes).then_some(j as u32);
+    }
+    None
+}
+
+/// One operand of a [`Gemm`], as cuBLASLt describes it: a column-major matrix of `rows` ×
+/// `cols` with leading dimension `ld`, used transposed when `trans`, and `batch_stride`
+/// elements between the matrices of a batch (0: one matrix for every batch entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GemmOperand {
+    /// Index of the tensor among the step's inputs (in the operation's input order).
+    pub input: usize,
+    pub trans: bool,
+    pub rows: u64,
+    pub cols: u64,
+    pub ld: i64,
+    pub batch_stride: i64,
+}
+
+/// A matmul step as one column-major library call `D = op(A) · op(B) (+ bias)`, `m × n`,
+/// reduction `k`, `batch` times; `D` is the step's contiguous row-major output read as
+/// column-major (`n` columns of `m`), so `A` is the row-major right-hand side and `B` the
+/// left-hand side. Computed from the tensors' shapes and strides at replay; `None` where one
+/// call cannot express the product (an operand that is neither row- nor column-contiguous,
+/// batch dimensions that neither match nor broadcast as a whole, rows that do not fold).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Gemm {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub batch: u32,
+    pub a: GemmOperand,
+    pub b: GemmOperand,
+    /// The bias (a `[m]` vector, contiguous), by input index.
+    pub bias: Option<usize>,
+    /// `D`'s batch stride (`m · n`; 0 when `batch` is 1).
+    pub d_batch_stride: i64,
+}
+
+/// A row-major matrix view: `shape = [rows, cols]`, `strides` in elements, of input `input`.
+#[derive(Clone, Copy, Debug)]
+struct View {
+    input: usize,
+    shape: [usize; 2],
+    strides: [usize; 2],
+}
+
+impl View {
+    /// The view as cuBLASLt's operand of an `outer × inner` column-major product where the
+    /// view's rows are the reduction (`k_first`: the right-hand side) or its columns are.
+    ///
+    /// Row-major `[r, c]` with `strides [ld, 1]` is column-major `c × r` with `ld`: the
+    /// transpose of the row-major matrix, with no data moved. Column-contiguous views
+    /// (`strides [1, ld]`, e.g. a swapped `Wᵀ`) are column-major `r × c`, used transposed.
+    fn operand(&self, batch_stride: i64) -> Option<GemmOperand> {
+        let [r, c] = self.shape;
+        let [sr, sc] = self.strides;
+        // A dimension of size 1 has no meaningful stride.
+        if sc == 1 || c == 1 {
+            let ld = if r == 1 { c.max(1) } else { sr };
+            (ld >= c.max(1)).then_some(GemmOperand {
+                input: self.input,
+                trans: false,
+                rows: c as u64,
+                cols: r as u64,
+                ld: ld as i64,
+                batch_stride,
+            })
+        } else if sr == 1 || r == 1 {
+            let ld = if c == 1 { r.max(1) } else { sc };
+            (ld >= r.max(1)).then_some(GemmOperand {
+                input: self.input,
+                trans: true,
+                rows: r as u64,
+                cols: c as u64,
+                ld: ld as i64,
+                batch_stride,
+            })
+        } else {
+            None
+        }
+    }
+
+    fn transposed(self) -> Self {
+        Self {
+            input: self.input,
+            shape: [self.shape[1], self.shape[0]],
+            strides: [self.strides[1], self.strides[0]],
+        }
+    }
+}
+
+/// The stride that steps through `shape`'s dimensions as one (row-major order), if they fold:
+/// `Some(0)` when they hold one element.
+fn folded_stride(shape: &[usize], strides: &[usize]) -> Option<usize> {
+    let dims: Vec<(usize, usize)> = shape
+        .iter()
+        .zip(strides)
+        .filter(|(d, _)| **d > 1)
+        .map(|(d, s)| (*d, *s))
+        .collect();
+    for pair in dims.windows(2) {
+        let ((_, outer), (inner_len, inner)) = (pair[0], pair[1]);
+        if outer != inner * inner_len {
+            return None;
+        }
+    }
+    Some(dims.last().map_or(0, |(_, s)| *s))
+}
+
+/// The view of a `[…, r, c]` tensor as one `[Π…·r, c]` matrix, if its rows fold.
+fn rows_folded(input: usize, shape: &[usize], strides: &[usize]) -> Option<View> {
+    let rank = shape.len();
+    let rows: usize = shape[..rank - 1].iter().product();
+    let row_stride = folded_stride(&shape[..rank - 1], &strides[..rank - 1])?;
+    Some(View {
+        input,
+        shape: [rows, shape[rank - 1]],
+        strides: [row_stride, strides[rank - 1]],
+    })
+}
+
+/// The last two dimensions of a tensor as a matrix.
+fn last_two(input: usize, shape: &[usize], strides: &[usize]) -> View {
+    let r = shape.len();
+    View {
+        input,
+        shape: [shape[r - 2], shape[r - 1]],
+        strides: [strides[r - 2], strides[r - 1]],
+    }
+}
+
+/// The library call for a matmul step of `kind` over tensors of these `shapes` and `strides`
+/// (the operation's inputs, in its order), producing a contiguous `out` shape.
+pub fn gemm(
+    kind: MatmulKind,
+    shapes: &[&[usize]],
+    strides: &[&[usize]],
+    out: &[usize],
+) -> Option<Gemm> {
+    let (lhs, rhs, batch, lhs_batch, rhs_batch, bias) = match kind {
+        MatmulKind::Linear => {
+            // x [.., K] folded to [M, K]; W [K, N]; b [N].
+            let x = rows_folded(0, shapes[0], strides[0])?;
+            let w = last_two(1, shapes[1], strides[1]);
+            let bias = match shapes.get(2) {
+                Some(b) if b.len() == 1 && (b[0] == 1 || strides[2][0] == 1) => Some(2),
+                Some(_) => return None,
+                None => None,
+            };
+            (x, w, 1, 0, 0, bias)
+        }
+        MatmulKind::LinearXBackward => {
+            // dy [.., N] folded to [M, N]; Wᵀ: W [K, N] read transposed.
+            let dy = rows_folded(1, shapes[1], strides[1])?;
+            let w = last_two(0, shapes[0], strides[0]).transposed();
+            (dy, w, 1, 0, 0, None)
+        }
+        MatmulKind::LinearWeightBackward => {
+            // xᵀ [K_in, R] @ dy [R, N]: the batch sum is the reduction over all rows R.
+            let x = rows_folded(0, shapes[0], strides[0])?.transposed();
+            let dy = rows_folded(1, shapes[1], strides[1])?;
+            if x.shape[1] != dy.shape[0] {
+                return None;
+            }
+            (x, dy, 1, 0, 0, None)
+        }
+        MatmulKind::Matmul => {
+            let (l, r) = (shapes[0], shapes[1]);
+            let rank = out.len();
+            if l.len() != rank || r.len() != rank {
+                return None;
+            }
+            let out_batch = &out[..rank - 2];
+            let batch: usize = out_batch.iter().product();
+            // Each operand's batch dimensions match the output's (strided) or are all 1
+            // (one matrix for every entry).
+            let batch_stride = |shape: &[usize], s: &[usize]| -> Option<usize> {
+                let b = &shape[..rank - 2];
+                if b == out_batch {
+                    folded_stride(b, &s[..rank - 2])
+                } else if b.iter().all(|d| *d == 1) {
+                    Some(0)
+                } else {
+                    None
+                }
+            };
+            let lb = batch_stride(l, strides[0])?;
+            let rb = batch_stride(r, strides[1])?;
+            // A shared right-hand side and a left-hand side whose batch folds into its rows
+            // is one plain product (what `x @ W` on a batch of rows is).
+            let folded = (batch > 1 && rb == 0 && l[..rank - 2] == *out_batch)
+                .then(|| rows_folded(0, l, strides[0]))
+                .flatten();
+            let rhs = last_two(1, r, strides[1]);
+            match folded {
+                Some(x) => (x, rhs, 1, 0, 0, None),
+                None => (last_two(0, l, strides[0]), rhs, batch, lb, rb, None),
+            }
+        }
+    };
+    let [m_rows, k] = lhs.shape;
+    let [k_rhs, n] = rhs.shape;
+    if k != k_rhs || k == 0 || m_rows == 0 || n == 0 {
+        return None;
+    }
+    let out_elems: usize = out.iter().product();
+    if out_elems != batch * m_rows * n {
+        return None;
+    }
+    let batch = u32::try_from(batch).ok()?;
+    Some(Gemm {
+        m: n as u64,
+        n: m_rows as u64,
+        k: k as u64,
+        batch,
+        a: rhs.operand(rhs_batch as i64)?,
+        b: lhs.operand(lhs_batch as i64)?,
+        bias,
+        d_batch_stride: if batch > 1 { (m_rows * n) as i64 } else { 0 },
+    })
+}
+
+impl std::fmt::Display for GemmOperand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "input {} ({}), {}×{} ld {}",
+            self.input,
+            if self.trans { "T" } else { "N" },
+            self.rows,
+            self.cols,
+            self.ld
+        )?;
+        if self.batch_stride != 0 {
+            write!(f, ", batch stride {}", self.batch_stride)?;
+        }
+        Ok(())
+    }
+}
+
+/// The call as cuBLASLt receives it (column-major), for snapshots and logs.
+impl std::fmt::Display for Gemm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "m {} n {} k {}", self.m, self.n, self.k)?;
+        if self.batch > 1 {
+            write!(f, " × batch {}", self.batch)?;
+        }
+        write!(
+            f,
+            "\n  A: {}\n  B: {}\n  D: {}×{} ld {}",
+            self.a, self.b, self.m, self.n, self.m
+        )?;
+        if self.batch > 1 {
+            write!(f, ", batch stride {}", self.d_batch_stride)?;
+        }
+        if let Some(b) = self.bias {
+            write!(f, "\n  bias: input {b} ({} elements)", self.m)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,436 @@
+//! Library matmul steps on hand-built graphs: graph in, exactly these steps out.
+
+use TensorStatus::*;
+use burn_backend::{DType, Shape};
+use burn_compile_graph::Activation;
+use burn_compile_schedule::{
+    MatmulGroup, MatmulKind, Plan, PointwiseKernel, ScheduleOptions, Step, schedule,
+};
+use burn_ir::{
+    BinaryOpIr, CustomOpIr, FloatOperationIr, LinearOpIr, LinearWeightBackwardOpIr,
+    LinearXBackwardOpIr, MatmulOpIr, ModuleOperationIr, NumericOperationIr, OperationIr, TensorId,
+    TensorIr, TensorStatus,
+};
+
+fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
+    TensorIr {
+        id: TensorId::new(id),
+        shape: Shape::from(shape.to_vec()),
+        status,
+        dtype: DType::BF16,
+    }
+}
+
+fn out(id: u64, shape: &[usize]) -> TensorIr {
+    t(id, shape, NotInit)
+}
+
+fn linear(x: TensorIr, w: TensorIr, b: Option<TensorIr>, o: &[usize], id: u64) -> OperationIr {
+    OperationIr::Module(ModuleOperationIr::Linear(LinearOpIr {
+        x,
+        weight: w,
+        bias: b,
+        out: out(id, o),
+    }))
+}
+
+fn relu(input: TensorIr, o: u64) -> OperationIr {
+    let shape = input.shape.to_vec();
+    OperationIr::Custom(CustomOpIr {
+        id: Activation::Relu.op_id(),
+        inputs: vec![input],
+        outputs: vec![out(o, &shape)],
+    })
+}
+
+fn add(lhs: TensorIr, rhs: TensorIr, id: u64) -> OperationIr {
+    let shape = lhs.shape.to_vec();
+    OperationIr::NumericFloat(
+        DType::BF16,
+        NumericOperationIr::Add(BinaryOpIr {
+            lhs,
+            rhs,
+            out: out(id, &shape),
+        }),
+    )
+}
+
+fn plan(ops: &[OperationIr], matmul: bool) -> Plan {
+    let pointwise: &dyn Fn(&PointwiseKernel) -> bool = &|_| true;
+    let library: &dyn Fn(&MatmulGroup) -> bool = &|_| true;
+    schedule(
+        ops,
+        ScheduleOptions {
+            dead_code_elimination: true,
+            pointwise: Some(pointwise),
+            matmul: matmul.then_some(library),
+        },
+    )
+}
+
+/// The feed-forward block: 3 = relu(linear(x1, w1, b1)); 5 = linear(3, w2, b2); 6 = 5 + x1.
+fn feed_forward(relu_consumes: bool) -> Vec<OperationIr> {
+    let (x, h) = (&[2, 16, 32][..], &[2, 16, 64][..]);
+    let mut ops = vec![
+        linear(
+            t(1, x, ReadOnly),
+            t(10, &[32, 64], ReadOnly),
+            Some(t(11, &[64], ReadOnly)),
+            h,
+            2,
+        ),
+        relu(t(2, h, if relu_consumes { ReadWrite } else { ReadOnly }), 3),
+        linear(
+            t(3, h, ReadWrite),
+            t(12, &[64, 32], ReadOnly),
+            Some(t(13, &[32], ReadOnly)),
+            x,
+            5,
+        ),
+        add(t(5, x, ReadWrite), t(1, x, ReadWrite), 6),
+    ];
+    if !relu_consumes {
+        // The pre-activation is read again after the ReLU (as autodiff would keep it).
+        ops.push(add(t(2, h, ReadWrite), t(2, h, ReadOnly), 7));
+    }
+    ops
+}
+
+#[test]
+fn linear_relu_is_one_library_matmul_with_a_bias_relu_epilogue() {
+    let p = plan(&feed_forward(true), true);
+    assert_eq!(
+        p.steps,
+        vec![
+            Step::Matmul { group: 0 },
+            Step::Matmul { group: 1 },
+            // The residual add alone: a run of one op stays the inner backend's.
+            Step::Eager { op: 3 },
+        ]
+    );
+    assert_eq!(p.matmul[0].kind, MatmulKind::Linear);
+    assert_eq!(p.matmul[0].relu, Some(1));
+    assert!(p.matmul[0].bias);
+    assert_eq!(p.matmul[1].relu, None);
+    assert_eq!(p.library_matmuls(), (2, 2));
+    assert_eq!(p.launches(), 3);
+    assert_eq!(
+        p.kernel_summaries()[0],
+        "library matmul: linear, epilogue bias + relu, BF16"
+    );
+}
+
+#[test]
+fn a_relu_whose_input_is_read_again_is_not_fused() {
+    let p = plan(&feed_forward(false), true);
+    assert_eq!(p.matmul[0].relu, None);
+    assert_eq!(p.steps[0], Step::Matmul { group: 0 });
+    // The ReLU runs on its own, with the inner backend's activation kernel.
+    assert_eq!(
+        p.steps[1],
+        Step::Activation {
+            op: 1,
+            kind: Activation::Relu
+        }
+    );
+}
+
+#[test]
+fn without_a_library_matmul_the_inner_backend_runs_the_products() {
+    let p = plan(&feed_forward(true), false);
+    assert!(p.matmul.is_empty());
+    assert_eq!(p.steps[0], Step::Eager { op: 0 });
+    assert_eq!(p.steps[2], Step::Eager { op: 2 });
+}
+
+#[test]
+fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
+    let ops = vec![
+        OperationIr::Float(
+            DType::BF16,
+            FloatOperationIr::Matmul(MatmulOpIr {
+                lhs: t(1, &[2, 4, 8, 16], ReadOnly),
+                rhs: t(2, &[2, 4, 16, 8], ReadOnly),
+                out: out(3, &[2, 4, 8, 8]),
+            }),
+        ),
+        OperationIr::Module(ModuleOperationIr::LinearXBackward(LinearXBackwardOpIr {
+            weight: t(4, &[16, 8], ReadOnly),
+            output_grad: t(3, &[2, 4, 8, 8], ReadOnly),
+            out: out(5, &[2, 4, 8, 16]),
+        })),
+        OperationIr::Module(ModuleOperationIr::LinearWeightBackward(
+            LinearWeightBackwardOpIr {
+                x: t(5, &[2, 4, 8, 16], ReadOnly),
+                output_grad: t(3, &[2, 4, 8, 8], ReadWrite),
+                out: out(6, &[16, 8]),
+            },
+        )),
+    ];
+    let kinds: Vec<MatmulKind> = plan(&ops, true).matmul.iter().map(|g| g.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            MatmulKind::Matmul,
+            MatmulKind::LinearXBackward,
+            MatmulKind::LinearWeightBackward
+        ]
+    );
+    // A target that refuses the weight gradient keeps it on the inner backend.
+    let refuse: &dyn Fn(&MatmulGroup) -> bool = &|g| g.kind != MatmulKind::LinearWeightBackward;
+    let p = schedule(
+        &ops,
+        ScheduleOptions {
+            dead_code_elimination: false,
+            pointwise: None,
+            matmul: Some(refuse),
+        },
+    );
+    assert_eq!(
+        p.steps,
+        vec![
+            Step::Matmul { group: 0 },
+            Step::Matmul { group: 1 },
+            Step::Eager { op: 2 },
+        ]
+    );
+}
+
+// The library call of a step, from the tensors' shapes and strides (column-major terms: A is
+// the row-major right-hand side, B the left-hand side, D the output read as n columns of m).
+
+use burn_compile_schedule::{Gemm, GemmOperand, gemm};
+
+fn operand(input: usize, trans: bool, rows: u64, cols: u64, ld: i64, bs: i64) -> GemmOperand {
+    GemmOperand {
+        input,
+        trans,
+        rows,
+        cols,
+        ld,
+        batch_stride: bs,
+    }
+}
+
+#[test]
+fn linear_folds_the_batch_into_rows_and_takes_the_bias() {
+    // x [2, 16, 32] contiguous, W [32, 64], b [64].
+    let g = gemm(
+        MatmulKind::Linear,
+        &[&[2, 16, 32], &[32, 64], &[64]],
+        &[&[512, 32, 1], &[64, 1], &[1]],
+        &[2, 16, 64],
+    );
+    assert_eq!(
+        g,
+        Some(Gemm {
+            m: 64,
+            n: 32,
+            k: 32,
+            batch: 1,
+            a: operand(1, false, 64, 32, 64, 0),
+            b: operand(0, false, 32, 32, 32, 0),
+            bias: Some(2),
+            d_batch_stride: 0,
+        })
+    );
+}
+
+#[test]
+fn attention_scores_read_the_swapped_keys_transposed() {
+    // q [2, 4, 8, 16] contiguous; kᵀ = swap_dims(k [2, 4, 8, 16]) has strides [512, 128, 1, 16].
+    let g = gemm(
+        MatmulKind::Matmul,
+        &[&[2, 4, 8, 16], &[2, 4, 16, 8]],
+        &[&[512, 128, 16, 1], &[512, 128, 1, 16]],
+        &[2, 4, 8, 8],
+    )
+    .expect("one batched call");
+    assert_eq!((g.m, g.n, g.k, g.batch), (8, 8, 16, 8));
+    assert_eq!(g.a, operand(1, true, 16, 8, 16, 128));
+    assert_eq!(g.b, operand(0, false, 16, 8, 16, 128));
+    assert_eq!(g.d_batch_stride, 64);
+}
+
+#[test]
+fn linear_gradients_transpose_the_weight_and_fold_the_batch_into_k() {
+    // dx = dy [2, 16, 64] @ Wᵀ, W [32, 64].
+    let dx = gemm(
+        MatmulKind::LinearXBackward,
+        &[&[32, 64], &[2, 16, 64]],
+        &[&[64, 1], &[1024, 64, 1]],
+        &[2, 16, 32],
+    )
+    .expect("dx");
+    assert_eq!((dx.m, dx.n, dx.k, dx.batch), (32, 32, 64, 1));
+    assert_eq!(dx.a, operand(0, true, 64, 32, 64, 0));
+    // dW = Σ xᵀ dy over the 32 rows of x [2, 16, 32] and dy [2, 16, 64].
+    let dw = gemm(
+        MatmulKind::LinearWeightBackward,
+        &[&[2, 16, 32], &[2, 16, 64]],
+        &[&[512, 32, 1], &[1024, 64, 1]],
+        &[32, 64],
+    )
+    .expect("dW");
+    assert_eq!((dw.m, dw.n, dw.k, dw.batch), (64, 32, 32, 1));
+    assert_eq!(dw.a, operand(1, false, 64, 32, 64, 0));
+    assert_eq!(dw.b, operand(0, true, 32, 32, 32, 0));
+}
+
+#[test]
+fn layouts_one_call_cannot_express_are_refused() {
+    // Rows that do not fold (a sliced batch), a gathered operand, a partly broadcast batch.
+    assert_eq!(
+        gemm(
+            MatmulKind::Linear,
+            &[&[2, 16, 32], &[32, 64]],
+            &[&[1024, 32, 1], &[64, 1]],
+            &[2, 16, 64]
+        )
+        .map(|g| g.batch),
+        None
+    );
+    assert_eq!(
+        gemm(
+            MatmulKind::Matmul,
+            &[&[8, 16], &[16, 8]],
+            &[&[32, 2], &[8, 1]],
+            &[8, 8]
+        ),
+        None
+    );
+    assert_eq!(
+        gemm(
+            MatmulKind::Matmul,
+            &[&[2, 4, 8, 16], &[1, 4, 16, 8]],
+            &[&[512, 128, 16, 1], &[512, 128, 8, 1]],
+            &[2, 4, 8, 8]
+        ),
+        None
+    );
+}
+
+#[test]
+fn a_shared_right_hand_side_is_one_call_or_a_zero_stride_batch() {
+    // x [4, 8, 16] @ W [1, 16, 8]: the batch folds into the rows.
+    let folded = gemm(
+        MatmulKind::Matmul,
+        &[&[4, 8, 16], &[1, 16, 8]],
+        &[&[128, 16, 1], &[128, 8, 1]],
+        &[4, 8, 8],
+    )
+    .expect("folded");
+    assert_eq!((folded.n, folded.batch), (32, 1));
+    // Rows that do not fold (every other row of a larger tensor): a zero-stride batch.
+    let strided = gemm(
+        MatmulKind::Matmul,
+        &[&[4, 8, 16], &[1, 16, 8]],
+        &[&[512, 32, 1], &[128, 8, 1]],
+        &[4, 8, 8],
+    )
+    .expect("strided");
+    assert_eq!((strided.n, strided.batch), (8, 4));
+    assert_eq!(strided.a.batch_stride, 0);
+    assert_eq!(strided.b, operand(0, false, 16, 8, 32, 512));
+}
+
+/// W1's products (d_model 512, 8 heads, d_ff 2048, batch 32 × seq 128), forward and backward,
+/// as the library receives them: reviewed as a snapshot.
+#[test]
+fn w1_library_calls_snapshot() {
+    let contiguous = |shape: &[usize]| -> Vec<usize> {
+        let mut s = vec![1; shape.len()];
+        for i in (0..shape.len() - 1).rev() {
+            s[i] = s[i + 1] * shape[i + 1];
+        }
+        s
+    };
+    let (b, s, d, h, ff) = (32, 128, 512, 8, 2048);
+    let hd = d / h;
+    // (what, kind, epilogue, shapes, strides, out)
+    let x = [b, s, d];
+    let heads = [b, h, s, hd];
+    // The heads (a reshape and a swap of [b, s, d]) do not fold into one batch stride: the
+    // runtime copies them contiguous first, as Burn's matmul does; kᵀ is then a swapped view.
+    let split_heads = vec![s * d, hd, d, 1];
+    assert_eq!(
+        gemm(
+            MatmulKind::Matmul,
+            &[&heads, &[b, h, hd, s]],
+            &[&split_heads, &[s * d, hd, 1, d]],
+            &[b, h, s, s]
+        ),
+        None
+    );
+    let k_t = vec![h * s * hd, s * hd, 1, hd];
+    let q_strides = contiguous(&heads);
+    let cases: Vec<(
+        &str,
+        MatmulKind,
+        &str,
+        Vec<Vec<usize>>,
+        Vec<Vec<usize>>,
+        Vec<usize>,
+    )> = vec![
+        (
+            "feed-forward in: linear + bias + relu",
+            MatmulKind::Linear,
+            "bias + relu",
+            vec![x.to_vec(), vec![d, ff], vec![ff]],
+            vec![contiguous(&x), contiguous(&[d, ff]), vec![1]],
+            vec![b, s, ff],
+        ),
+        (
+            "attention projection: linear + bias",
+            MatmulKind::Linear,
+            "bias",
+            vec![x.to_vec(), vec![d, d], vec![d]],
+            vec![contiguous(&x), contiguous(&[d, d]), vec![1]],
+            x.to_vec(),
+        ),
+        (
+            "attention scores: q @ kᵀ (heads made contiguous, keys read transposed)",
+            MatmulKind::Matmul,
+            "",
+            vec![heads.to_vec(), vec![b, h, hd, s]],
+            vec![q_strides.clone(), k_t],
+            vec![b, h, s, s],
+        ),
+        (
+            "attention values: softmax @ v",
+            MatmulKind::Matmul,
+            "",
+            vec![vec![b, h, s, s], heads.to_vec()],
+            vec![contiguous(&[b, h, s, s]), q_strides],
+            heads.to_vec(),
+        ),
+        (
+            "feed-forward in, backward: dx = dy @ Wᵀ",
+            MatmulKind::LinearXBackward,
+            "",
+            vec![vec![d, ff], vec![b, s, ff]],
+            vec![contiguous(&[d, ff]), contiguous(&[b, s, ff])],
+            x.to_vec(),
+        ),
+        (
+            "feed-forward in, backward: dW = Σ xᵀ @ dy",
+            MatmulKind::LinearWeightBackward,
+            "",
+            vec![x.to_vec(), vec![b, s, ff]],
+            vec![contiguous(&x), contiguous(&[b, s, ff])],
+            vec![d, ff],
+        ),
+    ];
+    let mut text = String::new();
+    for (what, kind, epilogue, shapes, strides, out) in &cases {
+        let shapes: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+        let strides: Vec<&[usize]> = strides.iter().map(|s| s.as_slice()).collect();
+        let g = gemm(*kind, &shapes, &strides, out).expect(what);
+        text.push_str(&format!(
+            "{what} [{kind:?}], epilogue [{epilogue}]\n{g}\n\n"
+        ));
+    }
+    insta::with_settings!({ snapshot_path => "../../../snapshots/schedule" }, {
+        insta::assert_snapshot!("w1_library_calls", text);
+    });
+}

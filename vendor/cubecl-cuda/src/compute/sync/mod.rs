@@ -1,0 +1,3 @@
+mod fence;
+
+pub use fence::*;

@@ -1,0 +1,68 @@
+//! burn-compile patch: work of an external CUDA library (cuBLASLt) enqueued in order with
+//! CubeCL's kernels, without a blocking round trip to the device thread.
+//!
+//! An [`ExternalTask`] is launched like a kernel (`ComputeClient::launch` with the buffers it
+//! uses as bindings); the server recognises it, resolves the bindings on the current stream
+//! (cross-stream fences included, as for a kernel) and calls it with that stream and the
+//! buffers' device pointers, on the device thread, where the CUDA context is current.
+
+use crate::CudaCompiler;
+use cubecl_common::backtrace::BackTrace;
+use cubecl_core::ir::{ElemType, StorageType, UIntKind};
+use cubecl_runtime::compiler::{CompilationError, Compiler, CubeTask};
+use cubecl_runtime::id::KernelId;
+use cubecl_runtime::kernel::{CompiledKernel, KernelMetadata};
+use cubecl_runtime::server::ExecutionMode;
+use std::sync::Mutex;
+
+/// What an external task runs: the stream, then the device pointer of each binding (in order).
+pub type ExternalCall =
+    Box<dyn FnOnce(cudarc::driver::sys::CUstream, &[u64]) -> Result<(), String> + Send>;
+
+/// A call into an external library, launched as a kernel.
+pub struct ExternalTask {
+    call: Mutex<Option<ExternalCall>>,
+}
+
+impl ExternalTask {
+    pub fn new(call: ExternalCall) -> Self {
+        Self {
+            call: Mutex::new(Some(call)),
+        }
+    }
+
+    /// The call (once).
+    pub(crate) fn take(&self) -> Option<ExternalCall> {
+        self.call.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The name the server recognises an external task by (a type of this crate: unique).
+    pub(crate) fn task_name() -> &'static str {
+        core::any::type_name::<Self>()
+    }
+}
+
+impl KernelMetadata for ExternalTask {
+    fn id(&self) -> KernelId {
+        KernelId::new::<Self>()
+    }
+
+    fn address_type(&self) -> StorageType {
+        StorageType::Scalar(ElemType::UInt(UIntKind::U32))
+    }
+}
+
+impl CubeTask<CudaCompiler> for ExternalTask {
+    fn compile(
+        &self,
+        _compiler: &mut CudaCompiler,
+        _options: &<CudaCompiler as Compiler>::CompilationOptions,
+        _mode: ExecutionMode,
+        _address_type: StorageType,
+    ) -> Result<CompiledKernel<CudaCompiler>, CompilationError> {
+        Err(CompilationError::Generic {
+            reason: "an external task is called, not compiled".into(),
+            backtrace: BackTrace::capture(),
+        })
+    }
+}
