@@ -334,6 +334,16 @@ fn a_shared_right_hand_side_is_one_call_or_a_zero_stride_batch() {
     assert_eq!(strided.b, operand(0, false, 16, 8, 32, 512));
 }
 
+/// A named product: (what, kind, epilogue, input shapes, input strides, output shape).
+type Case = (
+    &'static str,
+    MatmulKind,
+    &'static str,
+    Vec<Vec<usize>>,
+    Vec<Vec<usize>>,
+    Vec<usize>,
+);
+
 /// W1's products (d_model 512, 8 heads, d_ff 2048, batch 32 × seq 128), forward and backward,
 /// as the library receives them: reviewed as a snapshot.
 #[test]
@@ -364,14 +374,7 @@ fn w1_library_calls_snapshot() {
     );
     let k_t = vec![h * s * hd, s * hd, 1, hd];
     let q_strides = contiguous(&heads);
-    let cases: Vec<(
-        &str,
-        MatmulKind,
-        &str,
-        Vec<Vec<usize>>,
-        Vec<Vec<usize>>,
-        Vec<usize>,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             "feed-forward in: linear + bias + relu",
             MatmulKind::Linear,
