@@ -179,36 +179,31 @@ struct View {
 }
 
 impl View {
-    /// The view as cuBLASLt's operand of an `outer × inner` column-major product where the
-    /// view's rows are the reduction (`k_first`: the right-hand side) or its columns are.
-    ///
-    /// Row-major `[r, c]` with `strides [ld, 1]` is column-major `c × r` with `ld`: the
-    /// transpose of the row-major matrix, with no data moved. Column-contiguous views
-    /// (`strides [1, ld]`, e.g. a swapped `Wᵀ`) are column-major `r × c`, used transposed.
+    /// The view as a cuBLASLt operand. Row-major `[r, c]` with `strides [ld, 1]` is
+    /// column-major `c × r` with `ld`: the transpose of the row-major matrix, with no data
+    /// moved (`trans: false`, since the column-major product computes `Dᵀ`). A
+    /// column-contiguous view (`strides [1, ld]`, e.g. a swapped `Wᵀ`) is the row-major view of
+    /// its transpose, used transposed.
     fn operand(&self, batch_stride: i64) -> Option<GemmOperand> {
-        let [r, c] = self.shape;
-        let [sr, sc] = self.strides;
-        // A dimension of size 1 has no meaningful stride.
-        if sc == 1 || c == 1 {
-            let ld = if r == 1 { c.max(1) } else { sr };
+        let row_major = |v: &View, trans: bool| {
+            let [r, c] = v.shape;
+            // A dimension of size 1 has no meaningful stride.
+            let ld = if r == 1 { c.max(1) } else { v.strides[0] };
             (ld >= c.max(1)).then_some(GemmOperand {
-                input: self.input,
-                trans: false,
+                input: v.input,
+                trans,
                 rows: c as u64,
                 cols: r as u64,
                 ld: ld as i64,
                 batch_stride,
             })
+        };
+        let [r, c] = self.shape;
+        let [sr, sc] = self.strides;
+        if sc == 1 || c == 1 {
+            row_major(self, false)
         } else if sr == 1 || r == 1 {
-            let ld = if c == 1 { r.max(1) } else { sc };
-            (ld >= r.max(1)).then_some(GemmOperand {
-                input: self.input,
-                trans: true,
-                rows: r as u64,
-                cols: c as u64,
-                ld: ld as i64,
-                batch_stride,
-            })
+            row_major(&self.transposed(), true)
         } else {
             None
         }

@@ -1,24 +1,21 @@
 //! Library matmul steps on hand-built graphs: graph in, exactly these steps out.
 
 use TensorStatus::*;
-use burn_backend::{DType, Shape};
+use burn_backend::DType;
 use burn_compile_graph::Activation;
 use burn_compile_schedule::{
     MatmulGroup, MatmulKind, Plan, PointwiseKernel, ScheduleOptions, Step, schedule,
 };
 use burn_ir::{
-    BinaryOpIr, CustomOpIr, FloatOperationIr, LinearOpIr, LinearWeightBackwardOpIr,
-    LinearXBackwardOpIr, MatmulOpIr, ModuleOperationIr, NumericOperationIr, OperationIr, TensorId,
-    TensorIr, TensorStatus,
+    BinaryOpIr, FloatOperationIr, LinearOpIr, LinearWeightBackwardOpIr, LinearXBackwardOpIr,
+    MatmulOpIr, ModuleOperationIr, NumericOperationIr, OperationIr, TensorIr, TensorStatus,
 };
 
+mod support;
+use support::relu;
+
 fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
-    TensorIr {
-        id: TensorId::new(id),
-        shape: Shape::from(shape.to_vec()),
-        status,
-        dtype: DType::BF16,
-    }
+    support::tensor(id, shape, status, DType::BF16)
 }
 
 fn out(id: u64, shape: &[usize]) -> TensorIr {
@@ -32,15 +29,6 @@ fn linear(x: TensorIr, w: TensorIr, b: Option<TensorIr>, o: &[usize], id: u64) -
         bias: b,
         out: out(id, o),
     }))
-}
-
-fn relu(input: TensorIr, o: u64) -> OperationIr {
-    let shape = input.shape.to_vec();
-    OperationIr::Custom(CustomOpIr {
-        id: Activation::Relu.op_id(),
-        inputs: vec![input],
-        outputs: vec![out(o, &shape)],
-    })
 }
 
 fn add(lhs: TensorIr, rhs: TensorIr, id: u64) -> OperationIr {

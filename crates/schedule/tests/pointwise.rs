@@ -1,21 +1,19 @@
 //! Pointwise grouping on hand-built graphs: graph in, exactly these kernels out.
 
 use TensorStatus::*;
-use burn_backend::{DType, Shape};
+use burn_backend::DType;
 use burn_compile_graph::Activation;
 use burn_compile_schedule::{BinaryOp, Instr, PointwiseGroup, Slot, UnaryOp, pointwise_groups};
 use burn_ir::{
     BinaryOpIr, CustomOpIr, FloatOperationIr, MatmulOpIr, NumericOperationIr, OperationIr,
-    ScalarIr, ScalarOpIr, TensorId, TensorIr, TensorStatus, UnaryOpIr,
+    ScalarIr, ScalarOpIr, TensorIr, TensorStatus, UnaryOpIr,
 };
 
+mod support;
+use support::relu;
+
 fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
-    TensorIr {
-        id: TensorId::new(id),
-        shape: Shape::from(shape.to_vec()),
-        status,
-        dtype: DType::F32,
-    }
+    support::tensor(id, shape, status, DType::F32)
 }
 
 fn out(id: u64, shape: &[usize]) -> TensorIr {
@@ -54,15 +52,6 @@ fn mul_scalar(lhs: TensorIr, s: f64, o: u64) -> OperationIr {
             out: out(o, &shape),
         }),
     )
-}
-
-fn relu(input: TensorIr, o: u64) -> OperationIr {
-    let shape = input.shape.to_vec();
-    OperationIr::Custom(CustomOpIr {
-        id: Activation::Relu.op_id(),
-        inputs: vec![input],
-        outputs: vec![out(o, &shape)],
-    })
 }
 
 fn matmul(lhs: TensorIr, rhs: TensorIr, o: &[usize], id: u64) -> OperationIr {

@@ -170,7 +170,8 @@ impl CuBlasLt {
             if state.refused.contains(&key) {
                 return Ok(None);
             }
-            if state.handle.is_none() || !state.calls.contains_key(&key) {
+            // A prepared call implies the handle exists.
+            if !state.calls.contains_key(&key) {
                 // Once per call shape: on the device thread, where the context is current.
                 let existing = state.handle.clone();
                 let prepared = client

@@ -111,9 +111,10 @@ impl<B: BackendIr> InnerDevice<B> {
             None => op.outputs().next(),
         }
         .expect("a matmul has an output");
+        let tensors: Vec<&TensorIr> = op.inputs().collect();
         let mut handles = self.handles();
-        let inputs: Vec<B::FloatTensorPrimitive> = op
-            .inputs()
+        let inputs: Vec<B::FloatTensorPrimitive> = tensors
+            .iter()
             .map(|t| float_input::<B>(&mut handles, t))
             .collect();
         if self.inject_failure.load(Ordering::Relaxed) {
@@ -125,7 +126,7 @@ impl<B: BackendIr> InnerDevice<B> {
         drop(inputs);
         handles.register_handle(out.id, B::float_tensor_handle(result));
         // What the operation consumed (its inputs' last uses) is freed, as it would have been.
-        for t in op.inputs() {
+        for t in tensors {
             if t.status == burn_ir::TensorStatus::ReadWrite {
                 handles.remove_handle(t.id);
             }
