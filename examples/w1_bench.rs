@@ -15,7 +15,9 @@
 //! Flags: `--dtypes f32` or `--dtypes bf16` (one per process: Burn fixes a device's default
 //! float dtype at its first use, so a second dtype in the same process would silently run in
 //! the first one's — the program refuses it), `--iters N` (timed, default 20), `--warmup N` (default 5),
-//! `--small` (a tiny encoder, for smoke tests), `--out FILE` (append the JSON lines there too).
+//! `--small` (a tiny encoder, for smoke tests), `--out FILE` (append the JSON lines there too),
+//! `--systems burn-compile` (a subset of this build's systems; no eager comparison without
+//! `burn-eager`), `--infer-only` (skip the training step: e.g. under a kernel profiler).
 //! `BENCH_GPU` and `BENCH_DATE` fill the `gpu` and `date` fields; `BENCH_MODE` labels the compiled
 //! system's variant (e.g. `inner-matmul` with `BURN_COMPILE_LIBRARY_MATMUL=0`).
 //!
@@ -81,6 +83,10 @@ struct Options {
     warmup: usize,
     small: bool,
     out: Option<String>,
+    /// Systems of this build to run (default: all), e.g. only `burn-compile` under a profiler.
+    systems: Option<Vec<String>>,
+    /// Skip the training step (inference only).
+    infer_only: bool,
 }
 
 fn parse() -> Result<Options, String> {
@@ -90,6 +96,8 @@ fn parse() -> Result<Options, String> {
         warmup: 5,
         small: false,
         out: None,
+        systems: None,
+        infer_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -100,8 +108,20 @@ fn parse() -> Result<Options, String> {
             "--warmup" => o.warmup = value()?.parse().map_err(|e| format!("--warmup: {e}"))?,
             "--out" => o.out = Some(value()?),
             "--small" => o.small = true,
+            "--systems" => o.systems = Some(value()?.split(',').map(String::from).collect()),
+            "--infer-only" => o.infer_only = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
+    }
+    if let Some(unknown) = o
+        .systems
+        .iter()
+        .flatten()
+        .find(|s| !RUNS.contains(&s.as_str()))
+    {
+        return Err(format!(
+            "--systems: {unknown:?} is not one of {RUNS:?} in this build"
+        ));
     }
     if o.iters == 0 {
         return Err("--iters must be positive".into());
@@ -156,6 +176,8 @@ struct Setup {
     input: TensorData,
     iters: usize,
     warmup: usize,
+    systems: Option<Vec<String>>,
+    infer_only: bool,
 }
 
 /// Times `call` as described in the module docs: (first call in s, steady mean in ms).
@@ -196,6 +218,18 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
     let x = Tensor::<B, 3>::from_data(s.input.clone(), &device);
     let model = model_with::<B>(&s.config, &s.weights, &device);
     let output = forward(&model, &x).into_data();
+    if system == "burn-compile" {
+        // What the compiled forward launches (one line: the figures below are for this plan).
+        let (_, report) = burn_compile::explain(|| forward(&model, &x).into_data());
+        eprintln!(
+            "{system} {dtype} infer plan: {} launches ({} generated kernels, {} library matmuls, \
+             {} attention kernels)",
+            report.launches_per_graph.iter().sum::<usize>(),
+            report.fused_kernels,
+            report.library_matmuls,
+            report.attention_kernels,
+        );
+    }
     let (first, ms) = time::<B, _>(&device, s.iters, s.warmup, || forward(&model, &x));
     let infer = Figure {
         workload: s.workload,
@@ -206,6 +240,9 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
         first_call_s: first,
         max_abs_diff_vs_eager: None,
     };
+    if s.infer_only {
+        return (vec![infer], output);
+    }
 
     let xa = Tensor::<Ad<B>, 3>::from_data(s.input.clone(), &device);
     let mut model = Some(model_with::<Ad<B>>(&s.config, &s.weights, &device));
@@ -259,10 +296,17 @@ where
         input: s.input.clone().convert::<F>(),
         iters: s.iters,
         warmup: s.warmup,
+        systems: s.systems.clone(),
+        infer_only: s.infer_only,
     };
     let mut figures = Vec::new();
     let mut eager_output = None;
-    for system in RUNS {
+    let selected = |system: &&&str| {
+        s.systems
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|o| o.as_str() == **system))
+    };
+    for system in RUNS.iter().filter(selected) {
         let (mut f, output) = match *system {
             "burn-compile" => measure::<burn_compile::Compiled<Inner<F>>>(system, dtype, s),
             _ => measure::<Inner<F>>(system, dtype, s),
@@ -292,7 +336,7 @@ fn main() -> ExitCode {
         Ok(o) => o,
         Err(e) => {
             eprintln!(
-                "error: {e}\nusage: w1_bench [--dtypes f32|bf16] [--iters N] [--warmup N] [--small] [--out FILE]"
+                "error: {e}\nusage: w1_bench [--dtypes f32|bf16] [--iters N] [--warmup N] [--small] [--out FILE] [--systems S,…] [--infer-only]"
             );
             return ExitCode::from(2);
         }
@@ -316,6 +360,8 @@ fn main() -> ExitCode {
         input: input_data(shape, 42),
         iters: options.iters,
         warmup: options.warmup,
+        systems: options.systems.clone(),
+        infer_only: options.infer_only,
     };
     let mut out = options.out.as_ref().map(|path| {
         std::fs::OpenOptions::new()

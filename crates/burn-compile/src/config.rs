@@ -33,6 +33,22 @@ pub struct CompileConfig {
     /// keeps the inner backend's own matmul (cubek), which is also what runs on wgpu and where
     /// cuBLASLt cannot be loaded (`BURN_COMPILE_LIBRARY_MATMUL`).
     pub library_matmul: bool,
+    /// Run attention written from parts (`softmax(q @ kᵀ / √d) @ v`, as Burn's
+    /// `MultiHeadAttention` computes it without mask or dropout) as one flash-attention kernel
+    /// (cubek's) where the inner backend is a CubeCL backend; a mask, dropout, another scale or
+    /// a read of the weights keeps the parts (`BURN_COMPILE_ATTENTION`). cubek's kernel stages
+    /// q, k, v and the probabilities in f16 whatever the input dtype: f16 and bf16 attention
+    /// take it (bf16 gains mantissa bits; values must stay below f16's 65504), f32 only with
+    /// [`CompileConfig::attention_f32`].
+    pub attention: bool,
+    /// Let f32 attention take the f16-staged flash kernel too: a 10-bit mantissa, as TF32
+    /// matmuls (Burn's f32 matmul on CUDA) already round their inputs, but f16's range
+    /// (`BURN_COMPILE_ATTENTION_F32`). Off: f32 attention keeps its f32 parts.
+    pub attention_f32: bool,
+    /// Time each attention problem's kernel against its parts on its first replays (synced
+    /// runs, like Burn's autotune) and keep the faster; `false`: the kernel always
+    /// (`BURN_COMPILE_ATTENTION_AUTOTUNE`). The decision is logged (`output_code`).
+    pub attention_autotune: bool,
     /// A generated kernel that fails to compile or launch is an error (raised at the next
     /// read or sync, like an inner-backend panic) instead of a warning and an eager fallback
     /// of its ops (`BURN_COMPILE_STRICT`).
@@ -59,6 +75,9 @@ impl Default for CompileConfig {
             dead_code_elimination: true,
             fusion: true,
             library_matmul: true,
+            attention: true,
+            attention_f32: false,
+            attention_autotune: true,
             strict: false,
             inject_kernel_failure: false,
             diagnostics: false,
@@ -114,6 +133,18 @@ fn parse_count(variable: &str, value: &str) -> Result<usize, ConfigError> {
 }
 
 impl CompileConfig {
+    /// Whether attention of `dtype` may run as one flash-attention kernel (see
+    /// [`CompileConfig::attention`]: the kernel computes in f16).
+    pub fn attention_for(&self, dtype: burn_backend::DType) -> bool {
+        use burn_backend::DType;
+        self.attention
+            && match dtype {
+                DType::F16 | DType::BF16 => true,
+                DType::F32 | DType::Flex32 => self.attention_f32,
+                _ => false,
+            }
+    }
+
     /// Applies the overrides found by `lookup` (the environment, in production).
     pub fn with_overrides(
         mut self,
@@ -137,6 +168,15 @@ impl CompileConfig {
         }
         if let Some((k, v)) = get("BURN_COMPILE_LIBRARY_MATMUL") {
             self.library_matmul = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_ATTENTION") {
+            self.attention = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_ATTENTION_F32") {
+            self.attention_f32 = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_ATTENTION_AUTOTUNE") {
+            self.attention_autotune = parse_bool(&k, &v)?;
         }
         if let Some((k, v)) = get("BURN_COMPILE_STRICT") {
             self.strict = parse_bool(&k, &v)?;
@@ -243,5 +283,26 @@ mod tests {
             config
         );
         assert!(serde_json::from_str::<CompileConfig>(r#"{"max_ops": 3}"#).is_err());
+    }
+
+    /// The flash kernel computes in f16: f16/bf16 attention takes it by default, f32 only when
+    /// asked, other dtypes never; `attention = false` turns it off for all.
+    #[test]
+    fn attention_dtypes_follow_the_kernels_precision() {
+        use burn_backend::DType;
+        let default = CompileConfig::default();
+        assert!(default.attention_for(DType::BF16) && default.attention_for(DType::F16));
+        assert!(!default.attention_for(DType::F32) && !default.attention_for(DType::F64));
+        let f32_too = CompileConfig {
+            attention_f32: true,
+            ..Default::default()
+        };
+        assert!(f32_too.attention_for(DType::F32) && !f32_too.attention_for(DType::F64));
+        let off = CompileConfig {
+            attention: false,
+            attention_f32: true,
+            ..Default::default()
+        };
+        assert!(!off.attention_for(DType::BF16) && !off.attention_for(DType::F32));
     }
 }

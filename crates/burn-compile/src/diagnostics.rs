@@ -26,6 +26,8 @@ pub struct GraphRecord {
     pub fused_ops: usize,
     /// Library matmuls among the launches (cuBLASLt), and how many fused an epilogue.
     pub library_matmuls: (usize, usize),
+    /// Attention kernels among the launches (each in place of `softmax(q @ kᵀ / √d) @ v`).
+    pub attention_kernels: usize,
     /// One line per generated kernel (kind, shape, ops fused), when diagnostics are on.
     pub kernels: Vec<String>,
     /// Ops removed as dead code.
@@ -84,6 +86,7 @@ pub(crate) struct Counters {
     pub ops_eliminated: AtomicU64,
     pub eager_ops: AtomicU64,
     pub kernel_fallbacks: AtomicU64,
+    pub attention_kernels: AtomicU64,
     pub breaks: [AtomicU64; 9],
 }
 
@@ -97,6 +100,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     ops_eliminated: AtomicU64::new(0),
     eager_ops: AtomicU64::new(0),
     kernel_fallbacks: AtomicU64::new(0),
+    attention_kernels: AtomicU64::new(0),
     breaks: [const { AtomicU64::new(0) }; 9],
 };
 
@@ -157,4 +161,9 @@ pub(crate) fn report(record: GraphRecord, own_thread: bool) {
 /// A generated kernel failed and its ops ran on the inner backend.
 pub(crate) fn kernel_fallback() {
     COUNTERS.kernel_fallbacks.fetch_add(1, Ordering::Relaxed);
+}
+
+/// An attention step ran as one attention kernel.
+pub(crate) fn attention_kernel() {
+    COUNTERS.attention_kernels.fetch_add(1, Ordering::Relaxed);
 }

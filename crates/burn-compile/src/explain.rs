@@ -25,6 +25,8 @@ pub struct Explanation {
     pub fused_kernels: usize,
     /// Library matmuls (cuBLASLt) over all graphs.
     pub library_matmuls: usize,
+    /// Attention kernels over all graphs (the attention pattern fired).
+    pub attention_kernels: usize,
     /// Time spent compiling each graph (zero for a cache hit).
     pub compile_times: Vec<Duration>,
     /// Graphs whose plan came from the cache.
@@ -48,6 +50,7 @@ impl Explanation {
             launches_per_graph: graphs.iter().map(|g| g.launches).collect(),
             fused_kernels: graphs.iter().map(|g| g.fused_kernels).sum(),
             library_matmuls: graphs.iter().map(|g| g.library_matmuls.0).sum(),
+            attention_kernels: graphs.iter().map(|g| g.attention_kernels).sum(),
             compile_times: graphs.iter().map(|g| g.compile_time).collect(),
             cache_hits: graphs.iter().filter(|g| g.cache_hit).count(),
             cache_misses: graphs.iter().filter(|g| !g.cache_hit).count(),
@@ -81,7 +84,7 @@ impl fmt::Display for Explanation {
             };
             writeln!(
                 f,
-                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops{}), {} dead, {}, ended by {ended}",
+                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops{}{}), {} dead, {}, ended by {ended}",
                 g.key,
                 g.ops,
                 g.launches,
@@ -90,6 +93,10 @@ impl fmt::Display for Explanation {
                 match g.library_matmuls {
                     (0, _) => String::new(),
                     (n, fused) => format!(", {n} library matmul(s), {fused} with a fused epilogue"),
+                },
+                match g.attention_kernels {
+                    0 => String::new(),
+                    n => format!(", {n} attention kernel(s)"),
                 },
                 g.dead,
                 if g.cache_hit {

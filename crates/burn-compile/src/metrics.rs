@@ -27,6 +27,8 @@ pub struct Metrics {
     pub eager_ops: u64,
     /// Generated kernels that failed to compile or launch (their ops ran on the inner backend).
     pub kernel_fallbacks: u64,
+    /// Attention steps that ran as one attention kernel (the others ran their parts).
+    pub attention_kernels: u64,
     /// Breaks per reason, in [`BreakReason::ALL`] order.
     pub breaks: Vec<(BreakReason, u64)>,
 }
@@ -53,6 +55,7 @@ impl Metrics {
             ops_eliminated: self.ops_eliminated - earlier.ops_eliminated,
             eager_ops: self.eager_ops - earlier.eager_ops,
             kernel_fallbacks: self.kernel_fallbacks - earlier.kernel_fallbacks,
+            attention_kernels: self.attention_kernels - earlier.attention_kernels,
             breaks: self
                 .breaks
                 .iter()
@@ -75,6 +78,7 @@ pub fn metrics() -> Metrics {
         ops_eliminated: c.ops_eliminated.load(Relaxed),
         eager_ops: c.eager_ops.load(Relaxed),
         kernel_fallbacks: c.kernel_fallbacks.load(Relaxed),
+        attention_kernels: c.attention_kernels.load(Relaxed),
         breaks: BreakReason::ALL
             .iter()
             .zip(c.breaks.iter())

@@ -7,7 +7,6 @@
 //!   of every step, the final outputs and the final weights must agree.
 
 use burn::backend::Autodiff;
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::nn::activation::ActivationConfig;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::transformer::{
@@ -32,7 +31,7 @@ type Out = Vec<TensorData>;
 // ---------------------------------------------------------------------------------------------
 
 mod support;
-use support::{float_data, int_data};
+use support::{float_data, int_data, load, weights};
 
 /// A leaf that requires grad, uniform in `[lo, hi)`.
 fn param<B: AutodiffBackend, const D: usize>(
@@ -347,46 +346,6 @@ fn encoder_config() -> TransformerEncoderConfig {
     TransformerEncoderConfig::new(32, 64, 2, 2)
         .with_dropout(0.0)
         .with_activation(ActivationConfig::Relu)
-}
-
-/// Every float parameter, in visiting order (forces lazy initialization).
-struct Collect(Vec<TensorData>);
-
-impl<B: Backend> ModuleVisitor<B> for Collect {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.0.push(param.val().into_data());
-    }
-}
-
-fn weights<B: Backend, M: Module<B>>(model: &M) -> Vec<TensorData> {
-    let mut collect = Collect(Vec::new());
-    model.visit(&mut collect);
-    collect.0
-}
-
-/// Replaces every float parameter, in visiting order, by the given data (same ids, same
-/// require-grad flag).
-struct Load(std::vec::IntoIter<TensorData>);
-
-impl<B: Backend> ModuleMapper<B> for Load {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let data = self.0.next().expect("as many tensors as float parameters");
-        param.map(|tensor| {
-            assert_eq!(tensor.shape(), data.shape, "parameter shape");
-            let require_grad = tensor.is_require_grad();
-            Tensor::from_data(data, &tensor.device()).set_require_grad(require_grad)
-        })
-    }
-}
-
-fn load<B: Backend, M: Module<B>>(model: M, weights: Vec<TensorData>) -> M {
-    let mut load = Load(weights.into_iter());
-    let model = model.map(&mut load);
-    assert!(
-        load.0.next().is_none(),
-        "more tensors than float parameters"
-    );
-    model
 }
 
 struct Trained {

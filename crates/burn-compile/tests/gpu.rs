@@ -430,30 +430,184 @@ fn gpu_linear_relu_is_one_library_matmul_and_matches_eager() {
     params.2[0].clone().into_data().assert_eq(&d.1[0], true);
 }
 
-/// Scores on the swapped keys, scale, softmax, weighted values: two batched products.
-fn attention<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Tensor<B, 4> {
-    let scores = q.matmul(k.swap_dims(2, 3)) * 0.25;
+// Attention written from parts (`softmax(q @ kᵀ / √d) @ v`, as Burn's MultiHeadAttention
+// computes it) runs as one flash-attention kernel; anything that is not the attention op's
+// semantics (another scale, a mask) keeps the parts: batched library matmuls on CUDA. The
+// kernel computes in f16, so f32 attention takes it only with `attention_f32` (these tests run
+// f32: WGSL has no f16 here). Each test sets the default device's config while holding one lock
+// (the config is per device): the kernel always, or timed against the parts (`autotune`).
+
+use burn::tensor::Tolerance;
+use burn_compile::{CompileConfig, configure};
+use std::sync::{Mutex, MutexGuard};
+
+#[must_use]
+fn f32_attention_on(autotune: bool) -> MutexGuard<'static, ()> {
+    static CONFIG: Mutex<()> = Mutex::new(());
+    let guard = CONFIG.lock().unwrap_or_else(|e| e.into_inner());
+    let config = CompileConfig {
+        attention_f32: true,
+        attention_autotune: autotune,
+        ..Default::default()
+    };
+    configure(&burn::tensor::Device::<Eager>::default(), config);
+    guard
+}
+
+/// f32 attention through the f16-staged kernel is compared at f16's precision (a 10-bit
+/// mantissa: ~5e-4 per rounding): 1e-2 relative, 1e-3 absolute. A wrong kernel is off by O(0.1).
+fn f16_staged_tol() -> Tolerance<f32> {
+    Tolerance::relative(1e-2).set_absolute(1e-3)
+}
+
+/// Scores on the swapped keys, scale, softmax, weighted values.
+fn attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    scale: f32,
+) -> Tensor<B, 4> {
+    let scores = q.matmul(k.swap_dims(2, 3)) * scale;
     burn::tensor::activation::softmax(scores, 3).matmul(v)
 }
 
+/// q, k, v of `[2, 3, 8, 16]` (head dim 16: the attention op's scale is 1/√16 = 0.25).
+fn qkv_data() -> Vec<TensorData> {
+    (0..3)
+        .map(|i| support::float_data(&[2, 3, 8, 16], 61 + i, -1.0, 1.0))
+        .collect()
+}
+
+fn run_attention<B: Backend>(d: &[TensorData], scale: f32, device: &B::Device) -> TensorData {
+    let t = |d: &TensorData| Tensor::<B, 4>::from_data(d.clone(), device);
+    attention(t(&d[0]), t(&d[1]), t(&d[2]), scale).into_data()
+}
+
 #[test]
-fn gpu_attention_products_are_batched_library_matmuls_and_match_eager() {
+fn gpu_attention_from_parts_is_one_attention_kernel_and_matches_eager() {
     if !adapter_available() {
         return;
     }
+    let _config = f32_attention_on(false);
     let device = Default::default();
-    let d: Vec<TensorData> = (0..3)
-        .map(|i| support::float_data(&[2, 3, 8, 16], 61 + i, -1.0, 1.0))
-        .collect();
-    fn run<B: Backend>(d: &[TensorData], device: &B::Device) -> TensorData {
-        let t = |d: &TensorData| Tensor::<B, 4>::from_data(d.clone(), device);
-        attention(t(&d[0]), t(&d[1]), t(&d[2])).into_data()
-    }
+    let d = qkv_data();
     let t = |d: &TensorData| Tensor::<C, 4>::from_data(d.clone(), &device);
     let (q, k, v) = (t(&d[0]), t(&d[1]), t(&d[2]));
-    let (got, report) = explain(|| attention(q.clone(), k.clone(), v.clone()).into_data());
+    let before = burn_compile::metrics();
+    let (got, report) = explain(|| attention(q.clone(), k.clone(), v.clone(), 0.25).into_data());
+    assert_eq!(report.attention_kernels, 1, "{report}");
+    // The transpose, both products, the scale and the softmax: one launch.
+    assert_eq!(report.launches_per_graph, vec![1], "{report}");
+    let ran = burn_compile::metrics().since(&before).attention_kernels;
+    assert!(
+        ran >= 1,
+        "the flash kernel did not run on this device: {report}"
+    );
+    let eager = run_attention::<Eager>(&d, 0.25, &device);
+    got.assert_approx_eq::<f32>(&eager, f16_staged_tol());
+    // Replayed from the cache; the inputs are intact.
+    let (again, report) = explain(|| attention(q.clone(), k.clone(), v.clone(), 0.25).into_data());
+    assert_eq!(report.cache_hits, 1, "{report}");
+    again.assert_approx_eq::<f32>(&eager, f16_staged_tol());
+    q.into_data().assert_eq(&d[0], true);
+    k.into_data().assert_eq(&d[1], true);
+    v.into_data().assert_eq(&d[2], true);
+}
+
+/// With autotune, the first replays of a problem run the parts, then the kernel, timed; the
+/// faster is kept: the kernel, or a plan built again with the parts as ordinary steps. Every
+/// replay computes the same attention.
+#[test]
+fn gpu_attention_autotune_keeps_the_faster_and_every_replay_matches_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let _config = f32_attention_on(true);
+    let device = Default::default();
+    // A problem of its own (another sequence length): its timing starts here.
+    let d: Vec<TensorData> = (0..3)
+        .map(|i| support::float_data(&[2, 3, 12, 16], 81 + i, -1.0, 1.0))
+        .collect();
+    let eager = run_attention::<Eager>(&d, 0.25, &device);
+    let before = burn_compile::metrics();
+    for replay in 0..6u64 {
+        let (got, report) = explain(|| run_attention::<C>(&d, 0.25, &device));
+        got.assert_approx_eq::<f32>(&eager, f16_staged_tol());
+        let ran = burn_compile::metrics().since(&before).attention_kernels;
+        let planned = report.attention_kernels;
+        match replay {
+            // Parts (compiling), parts (timed): no kernel yet.
+            0 | 1 => assert_eq!((planned, ran), (1, 0), "replay {replay}: {report}"),
+            // The kernel once (compiling), once timed.
+            2 | 3 => assert_eq!((planned, ran), (1, replay - 1), "replay {replay}"),
+            // Decided: the kernel every time, or a plan without the attention step.
+            _ => assert!(
+                (planned, ran) == (1, replay - 1) || (planned, ran) == (0, 2),
+                "replay {replay}: planned {planned}, ran {ran}: {report}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn gpu_attention_with_another_scale_keeps_its_parts_and_matches_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let _config = f32_attention_on(false);
+    let device = Default::default();
+    let d = qkv_data();
+    let (got, report) = explain(|| run_attention::<C>(&d, 0.3, &device));
+    assert_eq!(report.attention_kernels, 0, "{report}");
     assert_eq!(report.library_matmuls, library(2), "{report}");
-    got.assert_approx_eq::<f32>(&run::<Eager>(&d, &device), tol());
+    got.assert_approx_eq::<f32>(&run_attention::<Eager>(&d, 0.3, &device), tol());
+}
+
+/// Burn's own MultiHeadAttention (d_model 32, 4 heads, sequence 8), the same weights on both
+/// sides: without a mask the attention op fires, with a padding mask the parts run.
+#[test]
+fn gpu_multi_head_attention_module_matches_eager_with_and_without_mask() {
+    use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+    use burn::tensor::Bool;
+    if !adapter_available() {
+        return;
+    }
+    let _config = f32_attention_on(false);
+    let device = Default::default();
+    let config = MultiHeadAttentionConfig::new(32, 4).with_dropout(0.0);
+    let eager_mha: MultiHeadAttention<Eager> = config.init(&device);
+    let compiled_mha: MultiHeadAttention<C> =
+        support::load(config.init(&device), support::weights(&eager_mha));
+    let x = support::float_data(&[2, 8, 32], 71, -1.0, 1.0);
+    // The last three positions of the second sequence are padding.
+    let pad: Vec<bool> = (0..16).map(|i| i >= 13).collect();
+    let pad = TensorData::new(pad, [2, 8]);
+    fn context<B: Backend>(
+        mha: &MultiHeadAttention<B>,
+        x: &TensorData,
+        pad: Option<&TensorData>,
+        device: &B::Device,
+    ) -> TensorData {
+        let x = Tensor::<B, 3>::from_data(x.clone(), device);
+        let mut input = MhaInput::self_attn(x);
+        if let Some(pad) = pad {
+            input = input.mask_pad(Tensor::<B, 2, Bool>::from_data(pad.clone(), device));
+        }
+        // As a transformer layer does: the weights MHA returns are dropped before the read.
+        let context = mha.forward(input).context;
+        context.into_data()
+    }
+    let (got, report) = explain(|| context(&compiled_mha, &x, None, &device));
+    assert_eq!(report.attention_kernels, 1, "{report}");
+    let eager = context(&eager_mha, &x, None, &device);
+    got.assert_approx_eq::<f32>(&eager, f16_staged_tol());
+
+    let (got, report) = explain(|| context(&compiled_mha, &x, Some(&pad), &device));
+    assert_eq!(
+        report.attention_kernels, 0,
+        "a mask keeps the parts: {report}"
+    );
+    got.assert_approx_eq::<f32>(&context(&eager_mha, &x, Some(&pad), &device), tol());
 }
 
 #[test]

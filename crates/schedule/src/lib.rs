@@ -5,9 +5,11 @@
 //! ([`Step::Pointwise`]) when the target can generate kernels. A plan refers to operations by
 //! position, never by tensor id, so one plan serves every segment with the same key.
 
+mod attention;
 mod matmul;
 mod pointwise;
 
+pub use attention::{AttentionGroup, attention_groups};
 pub use matmul::{Gemm, GemmOperand, MatmulGroup, MatmulKind, gemm, matmul_groups};
 pub use pointwise::{
     BinaryOp, Instr, PointwiseGroup, PointwiseKernel, ReduceOp, RowLayout, Slot, UnaryOp,
@@ -35,6 +37,9 @@ pub enum Step {
     /// Matmul group `group` of [`Plan::matmul`]: one library matmul with its epilogue in place
     /// of its operations (or the operations themselves where the library cannot take the call).
     Matmul { group: u32 },
+    /// Attention group `group` of [`Plan::attention`]: one attention kernel in place of its
+    /// parts (or the parts themselves where the target cannot take the call).
+    Attention { group: u32 },
 }
 
 /// What a cached graph replays.
@@ -51,6 +56,9 @@ pub struct Plan {
     /// The library matmuls, referred to by [`Step::Matmul`].
     #[serde(default)]
     pub matmul: Vec<MatmulGroup>,
+    /// The attention kernels, referred to by [`Step::Attention`].
+    #[serde(default)]
+    pub attention: Vec<AttentionGroup>,
 }
 
 impl Plan {
@@ -83,13 +91,19 @@ impl Plan {
         (self.matmul.len(), fused)
     }
 
+    /// Number of attention kernels (each in place of a whole `softmax(q @ kᵀ / √d) @ v`).
+    pub fn attention_kernels(&self) -> usize {
+        self.attention.len()
+    }
+
     /// One line per generated kernel (its kind, iteration shape, what it fused), then one per
-    /// library matmul.
+    /// library matmul, then one per attention kernel.
     pub fn kernel_summaries(&self) -> Vec<String> {
         self.pointwise
             .iter()
             .map(PointwiseGroup::summary)
             .chain(self.matmul.iter().map(MatmulGroup::summary))
+            .chain(self.attention.iter().map(AttentionGroup::summary))
             .collect()
     }
 }
@@ -106,6 +120,9 @@ pub struct ScheduleOptions<'a> {
     /// Run matrix products through a library matmul with fused epilogues, each kept only when
     /// the target accepts it (its dtype). `None`: the inner backend's own matmul.
     pub matmul: Option<&'a dyn Fn(&MatmulGroup) -> bool>,
+    /// Run `softmax(q @ kᵀ / √d) @ v` as one attention kernel, each kept only when the target
+    /// accepts it. `None`: the parts run as the other steps schedule them.
+    pub attention: Option<&'a dyn Fn(&AttentionGroup) -> bool>,
 }
 
 /// The step that runs live operation `op` (position `i`).
@@ -127,6 +144,24 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         }
     };
     let mut live: Vec<bool> = dead.iter().map(|d| !d).collect();
+    // Attention first: its products and softmax are not the other steps'.
+    let attention: Vec<AttentionGroup> = match options.attention {
+        Some(accepts) => attention_groups(ops, &live)
+            .into_iter()
+            .filter(|g| accepts(g))
+            .collect(),
+        None => Vec::new(),
+    };
+    // `attention_at[i]`: the group whose step sits at `i`; `in_attention[i]`: a part.
+    let mut attention_at = vec![None; ops.len()];
+    let mut in_attention = vec![false; ops.len()];
+    for (g, group) in attention.iter().enumerate() {
+        for i in group.ops() {
+            live[i as usize] = false;
+            in_attention[i as usize] = true;
+        }
+        attention_at[group.context as usize] = Some(g as u32);
+    }
     // Library matmuls first: the ReLU of a matmul epilogue is not a pointwise kernel's.
     let matmul: Vec<MatmulGroup> = match options.matmul {
         Some(accepts) => matmul_groups(ops, &live)
@@ -164,7 +199,11 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
     let mut releases = releases.into_iter().peekable();
     let mut steps = Vec::with_capacity(ops.len());
     for (i, is_dead) in dead.iter().enumerate() {
-        if let Some(group) = matmul_at[i] {
+        if let Some(group) = attention_at[i] {
+            steps.push(Step::Attention { group });
+        } else if in_attention[i] {
+            // A part of an attention kernel (or a drop of one of its intermediates).
+        } else if let Some(group) = matmul_at[i] {
             steps.push(Step::Matmul { group });
         } else if in_epilogue[i] {
             // A ReLU fused into a matmul's epilogue: runs with it.
@@ -187,5 +226,6 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         dead: dead.iter().filter(|d| **d).count() as u32,
         pointwise,
         matmul,
+        attention,
     }
 }

@@ -52,6 +52,7 @@ fn plan(ops: &[OperationIr], matmul: bool) -> Plan {
             dead_code_elimination: true,
             pointwise: Some(pointwise),
             matmul: matmul.then_some(library),
+            attention: None,
         },
     )
 }
@@ -172,6 +173,7 @@ fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
             dead_code_elimination: false,
             pointwise: None,
             matmul: Some(refuse),
+            attention: None,
         },
     );
     assert_eq!(

@@ -258,6 +258,7 @@ fn plan_of(
         dead_code_elimination: true,
         pointwise,
         matmul: None,
+        attention: None,
     };
     schedule(ops, options)
 }

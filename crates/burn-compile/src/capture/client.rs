@@ -408,10 +408,16 @@ impl<B: BackendIr> Shared<B> {
         }
         let diagnostics_on = diagnostics::wanted(config.diagnostics);
         let inner = self.executor.inner();
-        inner.set_kernel_policy(config.strict, config.inject_kernel_failure);
+        inner.set_kernel_policy(
+            config.strict,
+            config.inject_kernel_failure,
+            config.attention_autotune,
+        );
         let kernels = inner.kernels();
         let accepts = kernels.map(|k| move |kernel: &_| k.accepts(kernel));
         let accepts_matmul = kernels.map(|k| move |group: &_| k.accepts_matmul(group));
+        let accepts_attention = kernels
+            .map(|k| move |group: &_| k.accepts_attention(group) && !inner.attention_lost(group));
         let (plan, mut record) = cache.plan(
             key,
             &ops,
@@ -419,6 +425,7 @@ impl<B: BackendIr> Shared<B> {
             diagnostics_on,
             accepts.as_ref().map(|f| f as _),
             accepts_matmul.as_ref().map(|f| f as _),
+            accepts_attention.as_ref().map(|f| f as _),
         );
         self.executor
             .submit(ops, plan, thread, config.async_execution);

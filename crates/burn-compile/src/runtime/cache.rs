@@ -8,7 +8,9 @@ use crate::capture::{BreakReason, GraphBreak};
 use crate::config::CompileConfig;
 use crate::diagnostics::GraphRecord;
 use burn_compile_graph::{Activation, GraphKey, op_listing};
-use burn_compile_schedule::{MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, Step, schedule};
+use burn_compile_schedule::{
+    AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, Step, schedule,
+};
 use burn_ir::{BackendIr, OperationIr};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -20,6 +22,8 @@ struct PlanConfig {
     dead_code_elimination: bool,
     fusion: bool,
     library_matmul: bool,
+    attention: bool,
+    attention_f32: bool,
 }
 
 impl From<&CompileConfig> for PlanConfig {
@@ -28,6 +32,8 @@ impl From<&CompileConfig> for PlanConfig {
             dead_code_elimination: c.dead_code_elimination,
             fusion: c.fusion,
             library_matmul: c.library_matmul,
+            attention: c.attention,
+            attention_f32: c.attention_f32,
         }
     }
 }
@@ -49,16 +55,27 @@ impl PlanCache {
         diagnostics: bool,
         accepts: Option<&dyn Fn(&PointwiseKernel) -> bool>,
         accepts_matmul: Option<&dyn Fn(&MatmulGroup) -> bool>,
+        accepts_attention: Option<&dyn Fn(&AttentionGroup) -> bool>,
     ) -> (Arc<Plan>, GraphRecord) {
         let cache_key = (key, PlanConfig::from(config));
-        let (plan, cache_hit, compile_time) = match self.plans.get(&cache_key) {
+        // A plan whose attention step the device has since found slower than its parts (the
+        // attention autotune) is built again, with the parts scheduled as the other steps.
+        let cached = self.plans.get(&cache_key).filter(|plan| {
+            plan.attention.is_empty()
+                || accepts_attention.is_none_or(|accepts| plan.attention.iter().all(accepts))
+        });
+        let (plan, cache_hit, compile_time) = match cached {
             Some(plan) => (plan.clone(), true, Duration::ZERO),
             None => {
                 let start = Instant::now();
+                let attention = accepts_attention.map(|accepts| {
+                    move |g: &AttentionGroup| config.attention_for(g.dtype) && accepts(g)
+                });
                 let options = ScheduleOptions {
                     dead_code_elimination: config.dead_code_elimination,
                     pointwise: accepts.filter(|_| config.fusion),
                     matmul: accepts_matmul.filter(|_| config.library_matmul),
+                    attention: attention.as_ref().map(|f| f as _),
                 };
                 let plan = Arc::new(schedule(ops, options));
                 let elapsed = start.elapsed();
@@ -74,6 +91,7 @@ impl PlanCache {
             fused_kernels: plan.fused_kernels(),
             fused_ops: plan.fused_ops(),
             library_matmuls: plan.library_matmuls(),
+            attention_kernels: plan.attention_kernels(),
             kernels: if diagnostics {
                 plan.kernel_summaries()
             } else {
@@ -119,6 +137,7 @@ pub(crate) fn execute<B: BackendIr>(
             }
             Step::Pointwise { group } => inner.fused(&ops, &plan.pointwise[*group as usize]),
             Step::Matmul { group } => inner.library_matmul(&ops, &plan.matmul[*group as usize]),
+            Step::Attention { group } => inner.attention(&ops, &plan.attention[*group as usize]),
             Step::Release { op, inputs } => {
                 for (pos, input) in ops[*op as usize].inputs().enumerate() {
                     if inputs.contains(&(pos as u8)) {

@@ -8,12 +8,15 @@
 
 use super::kernels::{KernelTarget, target_for};
 use burn_backend::{DType, ExecutionError, TensorData};
-use burn_compile_schedule::{MatmulGroup, PointwiseGroup, PointwiseKernel, scalar_operand};
+use burn_compile_schedule::{
+    AttentionGroup, MatmulGroup, PointwiseGroup, PointwiseKernel, scalar_operand,
+};
 use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, TensorIr};
 use burn_std::future::DynFut;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 pub(crate) struct InnerDevice<B: BackendIr> {
     device: B::Device,
@@ -25,6 +28,27 @@ pub(crate) struct InnerDevice<B: BackendIr> {
     /// `CompileConfig::strict` and `inject_kernel_failure` of the device, as last read.
     strict: AtomicBool,
     inject_failure: AtomicBool,
+    /// `CompileConfig::attention_autotune` of the device, as last read.
+    attention_autotune: AtomicBool,
+    /// Per attention problem (dims, dtype), how far the timing of the kernel against the parts
+    /// has come, or what it decided.
+    attention_tuning: Mutex<FxHashMap<([usize; 6], DType), Tuning>>,
+}
+
+/// The timing of an attention kernel against its parts, one replay of the problem per state.
+/// The first run of each side compiles its kernels and is not timed; then one synced run of
+/// each is timed (W1's six layers are six replays of one problem: it is decided in its first
+/// forward).
+#[derive(Clone, Copy, Debug)]
+enum Tuning {
+    /// The parts ran once (their kernels are compiled): time them next.
+    TimeParts,
+    /// The parts took this long: run the kernel once (compiling it).
+    WarmKernel(Duration),
+    /// The kernel ran once: time it against the parts' time.
+    TimeKernel(Duration),
+    /// `true`: the kernel from now on; `false`: the parts.
+    Decided(bool),
 }
 
 impl<B: BackendIr> InnerDevice<B> {
@@ -36,13 +60,17 @@ impl<B: BackendIr> InnerDevice<B> {
             failed: Mutex::new(FxHashSet::default()),
             strict: AtomicBool::new(false),
             inject_failure: AtomicBool::new(false),
+            attention_autotune: AtomicBool::new(true),
+            attention_tuning: Mutex::new(FxHashMap::default()),
         }
     }
 
     /// What a failed generated kernel does (see `CompileConfig::strict`).
-    pub fn set_kernel_policy(&self, strict: bool, inject_failure: bool) {
+    pub fn set_kernel_policy(&self, strict: bool, inject_failure: bool, attention_autotune: bool) {
         self.strict.store(strict, Ordering::Relaxed);
         self.inject_failure.store(inject_failure, Ordering::Relaxed);
+        self.attention_autotune
+            .store(attention_autotune, Ordering::Relaxed);
     }
 
     /// Runs a fused group: its kernel, or, when the kernel cannot be compiled or launched, its
@@ -127,6 +155,152 @@ impl<B: BackendIr> InnerDevice<B> {
         handles.register_handle(out.id, B::float_tensor_handle(result));
         // What the operation consumed (its inputs' last uses) is freed, as it would have been.
         for t in tensors {
+            if t.status == burn_ir::TensorStatus::ReadWrite {
+                handles.remove_handle(t.id);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Runs an attention step. With `attention_autotune` (the default), the first replays of
+    /// each problem time the kernel against the parts (synced runs, see [`Tuning`]) and the
+    /// faster one runs from then on; without it, the kernel always.
+    pub fn attention(&self, ops: &[OperationIr], group: &AttentionGroup) {
+        if !self.attention_autotune.load(Ordering::Relaxed) {
+            return self.attention_kernel_or_parts(ops, group);
+        }
+        let key = (group.dims, group.dtype);
+        let state = self
+            .attention_tuning
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .copied();
+        let synced = |run: &dyn Fn()| -> Duration {
+            // A failed sync is raised by the next read or sync of the program, as eager's.
+            let _ = self.sync();
+            let start = Instant::now();
+            run();
+            let _ = self.sync();
+            start.elapsed()
+        };
+        let next = match state {
+            Some(Tuning::Decided(true)) => return self.attention_kernel_or_parts(ops, group),
+            Some(Tuning::Decided(false)) => return self.attention_parts(ops, group),
+            None => {
+                self.attention_parts(ops, group);
+                Tuning::TimeParts
+            }
+            Some(Tuning::TimeParts) => {
+                Tuning::WarmKernel(synced(&|| self.attention_parts(ops, group)))
+            }
+            Some(Tuning::WarmKernel(parts)) => match self.attention_kernel(ops, group) {
+                true => Tuning::TimeKernel(parts),
+                // No kernel for this problem (or it failed, reported): the parts for good.
+                false => Tuning::Decided(false),
+            },
+            Some(Tuning::TimeKernel(parts)) => {
+                let ran = std::cell::Cell::new(false);
+                let kernel = synced(&|| ran.set(self.attention_kernel(ops, group)));
+                let faster = ran.get() && kernel < parts;
+                tracing::info!(
+                    target: "burn_compile::output_code",
+                    "burn-compile: {}: kernel {kernel:?}, parts {parts:?}: the {} from now on",
+                    group.summary(),
+                    if faster { "kernel" } else { "parts" }
+                );
+                Tuning::Decided(faster)
+            }
+        };
+        self.attention_tuning
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, next);
+    }
+
+    /// Whether the attention autotune found the parts of `group`'s problem faster than the
+    /// kernel: plans are then built without the attention step.
+    pub fn attention_lost(&self, group: &AttentionGroup) -> bool {
+        let tuning = self
+            .attention_tuning
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        !tuning.is_empty()
+            && matches!(
+                tuning.get(&(group.dims, group.dtype)),
+                Some(Tuning::Decided(false))
+            )
+    }
+
+    /// The parts of an attention step, one by one (in program order, drops included).
+    fn attention_parts(&self, ops: &[OperationIr], group: &AttentionGroup) {
+        let mut parts: Vec<u32> = group.ops().collect();
+        parts.sort_unstable();
+        for p in parts {
+            super::execute_one(self, ops[p as usize].clone());
+        }
+    }
+
+    /// The attention kernel, or the parts where the target has none for the problem.
+    fn attention_kernel_or_parts(&self, ops: &[OperationIr], group: &AttentionGroup) {
+        if !self.attention_kernel(ops, group) {
+            self.attention_parts(ops, group);
+        }
+    }
+
+    /// Runs the attention kernel; `false` when it did not run (the target has none for the
+    /// problem, silently; or it failed: a warning, an error when strict) and nothing changed.
+    fn attention_kernel(&self, ops: &[OperationIr], group: &AttentionGroup) -> bool {
+        let strict = self.strict.load(Ordering::Relaxed);
+        match self.try_attention(ops, group) {
+            Ok(true) => {
+                crate::diagnostics::attention_kernel();
+                true
+            }
+            Ok(false) => false,
+            Err(error) => {
+                let message = failure("an attention kernel", &error, strict, &group.summary());
+                tracing::warn!(target: "burn_compile::output_code", "{message}");
+                crate::diagnostics::kernel_fallback();
+                false
+            }
+        }
+    }
+
+    /// The attention kernel of an attention step; `Ok(false)` when the target has none.
+    fn try_attention(&self, ops: &[OperationIr], group: &AttentionGroup) -> Result<bool, String> {
+        let target = self
+            .kernels
+            .as_deref()
+            .expect("a plan with attention kernels is only built for a kernel target");
+        let nth = |op: u32, n: usize| -> &TensorIr {
+            ops[op as usize]
+                .inputs()
+                .nth(n)
+                .expect("the schedule matched this operand")
+        };
+        // q @ kᵀ's left-hand side, the transpose's input, weights @ v's right-hand side.
+        let operands = [
+            nth(group.scores, 0),
+            nth(group.transpose, 0),
+            nth(group.context, 1),
+        ];
+        let out = ops[group.context as usize]
+            .outputs()
+            .next()
+            .expect("a matmul has an output");
+        let mut handles = self.handles();
+        let [q, k, v] = operands.map(|t| float_input::<B>(&mut handles, t));
+        if self.inject_failure.load(Ordering::Relaxed) {
+            return Err("failure injected (inject_kernel_failure)".into());
+        }
+        let Some(result) = target.attention(group, &q, &k, &v)? else {
+            return Ok(false);
+        };
+        drop((q, k, v));
+        handles.register_handle(out.id, B::float_tensor_handle(result));
+        // Operands whose last use was a part are freed, as the parts would have freed them.
+        for t in operands {
             if t.status == burn_ir::TensorStatus::ReadWrite {
                 handles.remove_handle(t.id);
             }

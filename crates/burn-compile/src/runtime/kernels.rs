@@ -8,7 +8,7 @@
 
 #[cfg(feature = "wgpu")]
 use burn_backend::DType;
-use burn_compile_schedule::{MatmulGroup, PointwiseKernel};
+use burn_compile_schedule::{AttentionGroup, MatmulGroup, PointwiseKernel};
 use burn_std::Shape;
 use std::sync::Arc;
 
@@ -44,6 +44,24 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
     ) -> Result<Option<T>, String> {
         Ok(None)
     }
+
+    /// Whether this target runs `group` as one attention kernel.
+    fn accepts_attention(&self, _group: &AttentionGroup) -> bool {
+        false
+    }
+
+    /// Runs `softmax(q @ kᵀ / √d) @ v` as one kernel into a new contiguous tensor. `Ok(None)`:
+    /// the target has no kernel for this problem (the caller runs the parts); `Err`: the
+    /// kernel failed.
+    fn attention(
+        &self,
+        _group: &AttentionGroup,
+        _q: &T,
+        _k: &T,
+        _v: &T,
+    ) -> Result<Option<T>, String> {
+        Ok(None)
+    }
 }
 
 /// The kernel target of an inner backend whose float tensors are `T`, if it has one.
@@ -66,7 +84,7 @@ mod cuda {
     use super::cube::CubeTarget;
     use crate::runtime::cublaslt::CuBlasLt;
     use burn_backend::DType;
-    use burn_compile_schedule::{MatmulGroup, PointwiseKernel};
+    use burn_compile_schedule::{AttentionGroup, MatmulGroup, PointwiseKernel};
     use burn_cubecl::cubecl::cuda::CudaRuntime;
     use burn_cubecl::tensor::CubeTensor;
     use burn_std::Shape;
@@ -142,28 +160,50 @@ mod cuda {
                 None => Ok(None),
             }
         }
+
+        fn accepts_attention(&self, group: &AttentionGroup) -> bool {
+            self.kernels.accepts_attention(group)
+        }
+
+        fn attention(
+            &self,
+            group: &AttentionGroup,
+            q: &Tensor,
+            k: &Tensor,
+            v: &Tensor,
+        ) -> Result<Option<Tensor>, String> {
+            self.kernels.attention(group, q, k, v)
+        }
     }
 }
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod cube {
     use super::KernelTarget;
+    use burn_backend::ops::AttentionModuleOptions;
     use burn_backend::{DType, ElementConversion};
     use burn_compile_codegen::launch_pointwise;
-    use burn_compile_schedule::PointwiseKernel;
+    use burn_compile_schedule::{AttentionGroup, PointwiseKernel};
     use burn_cubecl::CubeRuntime;
     use burn_cubecl::cubecl::ScalarArgType;
     use burn_cubecl::cubecl::prelude::{Float, TensorArg};
+    use burn_cubecl::kernel::attention::{AttentionStrategy, attention};
     use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
     use burn_cubecl::tensor::CubeTensor;
     use burn_std::Shape;
+    use cubek_attention::routines::blackbox_accelerated::BlackboxAcceleratedStrategy;
+    use rustc_hash::FxHashMap;
     use std::any::{Any, TypeId};
     use std::marker::PhantomData;
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
 
     pub(super) struct CubeTarget<R> {
         /// Element types with kernels on this runtime (WGSL: f32 only).
         dtypes: &'static [DType],
+        /// Per attention problem, the flash strategy that sets up on this device (an index in
+        /// [`flash_strategies`]), or `None` when none does (the parts run). Found at the first
+        /// call, so later replays neither retry nor re-validate.
+        attention: Mutex<FxHashMap<([usize; 6], DType), Option<usize>>>,
         runtime: PhantomData<fn() -> R>,
     }
 
@@ -171,9 +211,47 @@ mod cube {
         pub(super) fn new(dtypes: &'static [DType]) -> Self {
             Self {
                 dtypes,
+                attention: Mutex::new(FxHashMap::default()),
                 runtime: PhantomData,
             }
         }
+    }
+
+    /// cubek's flash-attention kernels, in order of preference: the tensor-core (CMMA)
+    /// kernel, whose blueprint cubek infers from the problem, then the portable one (plain
+    /// units: runtimes without tensor cores, e.g. wgpu on a CPU Vulkan).
+    fn flash_strategies() -> [AttentionStrategy; 2] {
+        [
+            AttentionStrategy::FlashBlackboxAccelerated(BlackboxAcceleratedStrategy {
+                num_planes: 4,
+                seq_q: 1,
+                seq_kv: 1,
+            }),
+            AttentionStrategy::FlashUnit,
+        ]
+    }
+
+    /// `t`, or a contiguous copy when its batch and head dimensions do not fold into one: cubek's
+    /// attention addresses `[batch, heads, …]` as one index times the heads' stride. Burn's
+    /// MultiHeadAttention splits heads out of the model dimension (`[b, s, h, d]` swapped to
+    /// `[b, h, s, d]`: the batch stride is `s·h·d`, not `h·d`), so its q, k, v are copied, as
+    /// the inner backend's batched matmul copies them too.
+    fn batch_folded<R: CubeRuntime>(t: &CubeTensor<R>) -> CubeTensor<R> {
+        let (shape, strides) = (t.meta.shape(), t.meta.strides());
+        if shape[0] > 1 && strides[0] != shape[1] * strides[1] {
+            burn_cubecl::kernel::into_contiguous(t.clone())
+        } else {
+            t.clone()
+        }
+    }
+
+    /// The message of a panic payload.
+    fn panic_message(payload: Box<dyn std::any::Any + Send>, what: &str) -> String {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| format!("{what} panicked"))
     }
 
     /// The target of `CubeTensor<R>`, as a target of `T` when `T` is that type.
@@ -250,13 +328,88 @@ mod cube {
                     DType::F64 => launch::<R, f64>(kernel, inputs, scalars, &outputs, len),
                     dtype => unreachable!("the plan only keeps accepted kernels, not {dtype:?}"),
                 }));
-            launched.map(|_| outputs).map_err(|payload| {
-                payload
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "the kernel launch panicked".into())
-            })
+            launched
+                .map(|_| outputs)
+                .map_err(|payload| panic_message(payload, "the kernel launch"))
+        }
+
+        fn accepts_attention(&self, group: &AttentionGroup) -> bool {
+            self.dtypes.contains(&group.dtype)
+        }
+
+        fn attention(
+            &self,
+            group: &AttentionGroup,
+            q: &CubeTensor<R>,
+            k: &CubeTensor<R>,
+            v: &CubeTensor<R>,
+        ) -> Result<Option<CubeTensor<R>>, String> {
+            let key = (group.dims, group.dtype);
+            let known = self
+                .attention
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&key)
+                .copied();
+            // No scale: the kernel's default, 1/√head_dim, is what the schedule matched.
+            let options = AttentionModuleOptions::default();
+            let (q, k, v) = (batch_folded(q), batch_folded(k), batch_folded(v));
+            let run = |strategy: AttentionStrategy| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    attention(
+                        q.clone(),
+                        k.clone(),
+                        v.clone(),
+                        None,
+                        None,
+                        options,
+                        strategy,
+                    )
+                }))
+                .map_err(|payload| panic_message(payload, "the attention kernel"))
+            };
+            let remember = |chosen: Option<usize>| {
+                self.attention
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key, chosen);
+            };
+            match known {
+                Some(None) => Ok(None),
+                Some(Some(i)) => {
+                    let strategy = flash_strategies().into_iter().nth(i).expect("an index");
+                    let result = run(strategy).and_then(|r| r.map_err(|e| format!("{e:?}")));
+                    if result.is_err() {
+                        // Reported once by the caller; the parts run from then on.
+                        remember(None);
+                    }
+                    result.map(Some)
+                }
+                None => {
+                    // First call of this problem: the first strategy that sets up is kept. A
+                    // setup error launches nothing; a panic is a failed kernel.
+                    let mut refusals = Vec::new();
+                    for (i, strategy) in flash_strategies().into_iter().enumerate() {
+                        let result = run(strategy).inspect_err(|_| remember(None))?;
+                        match result {
+                            Ok(out) => {
+                                remember(Some(i));
+                                return Ok(Some(out));
+                            }
+                            Err(e) => refusals.push(format!("{e:?}")),
+                        }
+                    }
+                    remember(None);
+                    tracing::warn!(
+                        target: "burn_compile::output_code",
+                        "burn-compile: no flash-attention kernel sets up on this device for {} \
+                         ({}); its parts run as separate steps",
+                        group.summary(),
+                        refusals.join("; ")
+                    );
+                    Ok(None)
+                }
+            }
         }
     }
 }

@@ -3,7 +3,9 @@
 //! same data. (Each binary uses a part: unused items are expected.)
 #![allow(dead_code)]
 
-use burn::tensor::TensorData;
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData};
 
 #[cfg(any(feature = "wgpu", feature = "wgpu-fusion", feature = "cuda"))]
 pub mod wgpu;
@@ -101,4 +103,44 @@ pub fn bool_data(shape: &[usize], seed: u64) -> TensorData {
     let mut rng = Rng::new(seed);
     let values: Vec<bool> = (0..numel(shape)).map(|_| rng.next_u64() & 1 == 1).collect();
     TensorData::new(values, shape.to_vec())
+}
+
+/// Every float parameter, in visiting order (forces lazy initialization).
+pub struct Collect(Vec<TensorData>);
+
+impl<B: Backend> ModuleVisitor<B> for Collect {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.0.push(param.val().into_data());
+    }
+}
+
+pub fn weights<B: Backend, M: Module<B>>(model: &M) -> Vec<TensorData> {
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}
+
+/// Replaces every float parameter, in visiting order, by the given data (same ids, same
+/// require-grad flag).
+pub struct Load(std::vec::IntoIter<TensorData>);
+
+impl<B: Backend> ModuleMapper<B> for Load {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let data = self.0.next().expect("as many tensors as float parameters");
+        param.map(|tensor| {
+            assert_eq!(tensor.shape(), data.shape, "parameter shape");
+            let require_grad = tensor.is_require_grad();
+            Tensor::from_data(data, &tensor.device()).set_require_grad(require_grad)
+        })
+    }
+}
+
+pub fn load<B: Backend, M: Module<B>>(model: M, weights: Vec<TensorData>) -> M {
+    let mut load = Load(weights.into_iter());
+    let model = model.map(&mut load);
+    assert!(
+        load.0.next().is_none(),
+        "more tensors than float parameters"
+    );
+    model
 }

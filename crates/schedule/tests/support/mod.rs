@@ -1,4 +1,5 @@
 //! Graph builders shared by the schedule tests.
+#![allow(dead_code)] // each test binary uses a part
 
 use burn_backend::{DType, Shape};
 use burn_compile_graph::Activation;
