@@ -441,7 +441,6 @@ use burn::tensor::Tolerance;
 use burn_compile::{CompileConfig, configure};
 use std::sync::{Mutex, MutexGuard};
 
-#[must_use]
 fn f32_attention_on(autotune: bool) -> MutexGuard<'static, ()> {
     static CONFIG: Mutex<()> = Mutex::new(());
     let guard = CONFIG.lock().unwrap_or_else(|e| e.into_inner());

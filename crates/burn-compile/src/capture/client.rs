@@ -11,7 +11,7 @@ use super::breaks::{BreakReason, GraphBreak, user_location};
 use super::period::PeriodDetector;
 use crate::config::{CompileConfig, config_for};
 use crate::diagnostics;
-use crate::runtime::{Executor, InnerDevice, PlanCache, execute_one};
+use crate::runtime::{Accepts, Executor, InnerDevice, PlanCache, execute_one};
 use crate::stance::{Stance, stance};
 use burn_backend::{DType, DeviceOps, ExecutionError, Shape, TensorData};
 use burn_compile_graph::Segment;
@@ -423,9 +423,11 @@ impl<B: BackendIr> Shared<B> {
             &ops,
             config,
             diagnostics_on,
-            accepts.as_ref().map(|f| f as _),
-            accepts_matmul.as_ref().map(|f| f as _),
-            accepts_attention.as_ref().map(|f| f as _),
+            Accepts {
+                pointwise: accepts.as_ref().map(|f| f as _),
+                matmul: accepts_matmul.as_ref().map(|f| f as _),
+                attention: accepts_attention.as_ref().map(|f| f as _),
+            },
         );
         self.executor
             .submit(ops, plan, thread, config.async_execution);

@@ -38,6 +38,17 @@ impl From<&CompileConfig> for PlanConfig {
     }
 }
 
+/// What the device's kernel target can run (each `None` where it has no target).
+#[derive(Clone, Copy)]
+pub(crate) struct Accepts<'a> {
+    /// Generated pointwise and row kernels.
+    pub pointwise: Option<&'a dyn Fn(&PointwiseKernel) -> bool>,
+    /// Library matmuls.
+    pub matmul: Option<&'a dyn Fn(&MatmulGroup) -> bool>,
+    /// Attention steps (not those the attention autotune found slower than their parts).
+    pub attention: Option<&'a dyn Fn(&AttentionGroup) -> bool>,
+}
+
 #[derive(Default)]
 pub(crate) struct PlanCache {
     plans: FxHashMap<(GraphKey, PlanConfig), Arc<Plan>>,
@@ -46,35 +57,35 @@ pub(crate) struct PlanCache {
 impl PlanCache {
     /// Finds or builds the plan of a closed graph; the record describes the graph for
     /// diagnostics (its break is filled in by the caller). `accepts` says which generated
-    /// kernels the device can run (`None`: none, every op runs on the inner backend).
+    /// kernels, library calls and attention steps the device can run.
     pub fn plan(
         &mut self,
         key: GraphKey,
         ops: &[OperationIr],
         config: &CompileConfig,
         diagnostics: bool,
-        accepts: Option<&dyn Fn(&PointwiseKernel) -> bool>,
-        accepts_matmul: Option<&dyn Fn(&MatmulGroup) -> bool>,
-        accepts_attention: Option<&dyn Fn(&AttentionGroup) -> bool>,
+        accepts: Accepts<'_>,
     ) -> (Arc<Plan>, GraphRecord) {
         let cache_key = (key, PlanConfig::from(config));
         // A plan whose attention step the device has since found slower than its parts (the
         // attention autotune) is built again, with the parts scheduled as the other steps.
         let cached = self.plans.get(&cache_key).filter(|plan| {
             plan.attention.is_empty()
-                || accepts_attention.is_none_or(|accepts| plan.attention.iter().all(accepts))
+                || accepts
+                    .attention
+                    .is_none_or(|accepts| plan.attention.iter().all(accepts))
         });
         let (plan, cache_hit, compile_time) = match cached {
             Some(plan) => (plan.clone(), true, Duration::ZERO),
             None => {
                 let start = Instant::now();
-                let attention = accepts_attention.map(|accepts| {
+                let attention = accepts.attention.map(|accepts| {
                     move |g: &AttentionGroup| config.attention_for(g.dtype) && accepts(g)
                 });
                 let options = ScheduleOptions {
                     dead_code_elimination: config.dead_code_elimination,
-                    pointwise: accepts.filter(|_| config.fusion),
-                    matmul: accepts_matmul.filter(|_| config.library_matmul),
+                    pointwise: accepts.pointwise.filter(|_| config.fusion),
+                    matmul: accepts.matmul.filter(|_| config.library_matmul),
                     attention: attention.as_ref().map(|f| f as _),
                 };
                 let plan = Arc::new(schedule(ops, options));

@@ -197,13 +197,16 @@ mod cube {
     use std::marker::PhantomData;
     use std::sync::{Arc, Mutex};
 
+    /// An attention problem: `AttentionGroup::dims` and the dtype.
+    type AttentionProblem = ([usize; 6], DType);
+
     pub(super) struct CubeTarget<R> {
         /// Element types with kernels on this runtime (WGSL: f32 only).
         dtypes: &'static [DType],
         /// Per attention problem, the flash strategy that sets up on this device (an index in
         /// [`flash_strategies`]), or `None` when none does (the parts run). Found at the first
         /// call, so later replays neither retry nor re-validate.
-        attention: Mutex<FxHashMap<([usize; 6], DType), Option<usize>>>,
+        attention: Mutex<FxHashMap<AttentionProblem, Option<usize>>>,
         runtime: PhantomData<fn() -> R>,
     }
 

@@ -8,6 +8,6 @@ mod executor;
 mod inner;
 mod kernels;
 
-pub(crate) use cache::{PlanCache, execute, execute_one};
+pub(crate) use cache::{Accepts, PlanCache, execute, execute_one};
 pub(crate) use executor::Executor;
 pub(crate) use inner::InnerDevice;
