@@ -225,11 +225,10 @@ impl<B: BackendIr> InnerDevice<B> {
             .attention_tuning
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        !tuning.is_empty()
-            && matches!(
-                tuning.get(&(group.dims, group.dtype)),
-                Some(Tuning::Decided(false))
-            )
+        matches!(
+            tuning.get(&(group.dims, group.dtype)),
+            Some(Tuning::Decided(false))
+        )
     }
 
     /// The parts of an attention step, one by one (in program order, drops included).
