@@ -2,7 +2,7 @@
 
 use crate::pointwise::pointwise;
 use crate::row::row;
-use crate::{POINTWISE_CUBE, cube_dim};
+use crate::{POINTWISE_CUBE, Reduction, cube_dim};
 use burn_compile_schedule::PointwiseKernel;
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
@@ -44,10 +44,12 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
     let scalars: SequenceArg<R, E> = scalars.into_iter().collect();
     let outputs: SequenceArg<R, Tensor<E>> = outputs.into_iter().collect();
     if let Some(layout) = &kernel.row {
-        // One cube per row; past 65535 (wgpu's limit per dimension) rows spill into y.
-        let rows: usize = layout.shape[..layout.shape.len() - 1].iter().product();
-        let x = rows.clamp(1, 65535);
-        let cube_count = CubeCount::Static(x as u32, rows.div_ceil(x) as u32, 1);
+        // `rows_per_cube` rows per cube; past 65535 cubes (wgpu's limit per dimension) the
+        // grid spills into y.
+        let cubes = layout.rows().div_ceil(layout.rows_per_cube as usize);
+        let x = cubes.clamp(1, 65535);
+        let cube_count = CubeCount::Static(x as u32, cubes.div_ceil(x) as u32, 1);
+        let reduction = Reduction::for_device(&client.properties(), layout);
         unsafe {
             row::launch_unchecked::<E, R>(
                 client,
@@ -57,6 +59,7 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
                 scalars,
                 outputs,
                 kernel.clone(),
+                reduction,
             );
         }
         return;

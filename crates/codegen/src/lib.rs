@@ -10,6 +10,7 @@ pub mod pointwise;
 pub mod row;
 
 pub use launch::launch_pointwise;
+pub use row::Reduction;
 
 use burn_backend::DType;
 use burn_compile_schedule::PointwiseKernel;
@@ -47,6 +48,7 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
     kernel: &PointwiseKernel,
 ) -> (cubecl::prelude::KernelDefinition, StorageType) {
     let client = OfflineRuntime::<Fl>::client(&StubDevice);
+    let properties = Fl::device_properties();
     // As `launch_pointwise` launches it: 32-bit addressing is the kernel macro's default.
     let settings = KernelSettings::default()
         .cube_dim(cube_dim(kernel))
@@ -58,7 +60,9 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
     };
     let scalars = || -> SequenceCompilationArg<E> { (0..kernel.scalars).map(|_| ()).collect() };
     let (inputs, outputs) = (kernel.inputs.len(), kernel.outputs as usize);
-    if kernel.row.is_some() {
+    if let Some(layout) = &kernel.row {
+        // As the device the stub stands for would launch it.
+        let reduction = Reduction::for_device(&properties, layout);
         let k = row::row::Row::<E, OfflineRuntime<Fl>>::new(
             settings,
             client,
@@ -66,6 +70,7 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
             scalars(),
             tensors(outputs),
             kernel.clone(),
+            reduction,
         );
         (k.define(), k.address_type())
     } else {
@@ -81,10 +86,13 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
     }
 }
 
-/// The cube shape a kernel is launched with: 256 units for a pointwise kernel, the layout's
-/// for a row kernel.
+/// The cube shape a kernel is launched with: 256 units for a pointwise kernel; for a row
+/// kernel, the layout's units per row (x) by rows per cube (y).
 pub fn cube_dim(kernel: &PointwiseKernel) -> CubeDim {
-    CubeDim::new_1d(kernel.row.as_ref().map_or(POINTWISE_CUBE, |r| r.cube))
+    match &kernel.row {
+        Some(r) => CubeDim::new_2d(r.units, r.rows_per_cube),
+        None => CubeDim::new_1d(POINTWISE_CUBE),
+    }
 }
 
 /// The CUDA C++ source of `kernel`, as CubeCL's CUDA runtime compiles it (unchecked launch, fast

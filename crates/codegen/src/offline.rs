@@ -210,6 +210,12 @@ impl Flavor for CudaFlavor {
             TimingMethod::System,
         );
         cubecl_cpp::register_supported_types(&mut p);
+        // As cubecl-cuda registers them on every device: warp operations (row reductions use
+        // them).
+        p.features.plane.insert(cubecl::ir::features::Plane::Ops);
+        p.features
+            .plane
+            .insert(cubecl::ir::features::Plane::NonUniformControlFlow);
         p
     }
     fn target_properties() -> TargetProperties {

@@ -1,18 +1,57 @@
-//! The CubeCL kernel of a row [`PointwiseKernel`] (one with a [`RowLayout`]): one cube per row
-//! of the iteration space `[R…, N]`, its units striding over the row's `N` columns.
+//! The CubeCL kernel of a row [`PointwiseKernel`] (one with a [`RowLayout`]): `units` units
+//! share a row of the iteration space `[R…, N]`, each taking every `units`-th column; a cube
+//! holds `rows_per_cube` rows, its units laid out `[rows_per_cube, units]`.
 //!
 //! The program is evaluated in phases, one per reduction: phase `p` evaluates the program up to
 //! its `p`-th reduction at each of the unit's columns, accumulates (in f32, whatever the
-//! element type), and combines the units' partial results through shared memory; the row value
-//! is then available to every later instruction. A last pass evaluates the whole program and
-//! stores the outputs. Values are recomputed from the inputs in each pass rather than kept: a
-//! row is small (it stays in cache between passes) and registers cannot hold a row.
+//! element type) and combines the row's units' partial results, through plane operations where
+//! a row's units are exactly one plane ([`Reduction::Plane`], CUDA's warps: no shared memory,
+//! no barrier), through shared memory otherwise. The row value is then available to every
+//! later instruction. A last pass evaluates the rest of the program and stores the outputs.
+//!
+//! A unit with at most [`KEPT`] columns keeps its values in registers from one phase to the
+//! next (each input is loaded once, each value computed once; the column loop is unrolled, so
+//! the loads of all columns are in flight together). A unit with more columns (rows longer
+//! than `KEPT × units`) streams them: each phase re-evaluates the program from the inputs.
 
 use burn_compile_schedule::{Instr, PointwiseKernel, ReduceOp, RowLayout};
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 
 use crate::pointwise::compute;
+
+/// Most columns per unit whose values stay in registers between phases.
+pub const KEPT: usize = 32;
+
+/// How the units of a row combine their partial results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reduction {
+    /// A row's units are one plane: plane operations (warp shuffles on CUDA).
+    Plane,
+    /// A tree over shared memory, with a barrier per step.
+    Shared,
+}
+
+impl Reduction {
+    /// The reduction a device with these properties runs `layout` with: plane operations only
+    /// where the device has them and its plane size is fixed and equal to the row's units
+    /// (wgpu reports a range on some GPUs and none on CPU adapters).
+    pub fn for_device(properties: &cubecl::ir::DeviceProperties, layout: &RowLayout) -> Self {
+        let hardware = &properties.hardware;
+        let plane_ops = properties
+            .features
+            .plane
+            .contains(cubecl::ir::features::Plane::Ops);
+        if plane_ops
+            && hardware.plane_size_min == hardware.plane_size_max
+            && hardware.plane_size_max == layout.units
+        {
+            Reduction::Plane
+        } else {
+            Reduction::Shared
+        }
+    }
+}
 
 /// The row layout of a row kernel.
 pub(crate) fn layout(kernel: &PointwiseKernel) -> RowLayout {
@@ -30,6 +69,22 @@ fn reductions(kernel: &PointwiseKernel) -> Vec<usize> {
         .collect()
 }
 
+/// The reduction at instruction `at`, and the register it reduces.
+fn reduction_at(kernel: &PointwiseKernel, at: usize) -> (ReduceOp, usize) {
+    match kernel.program[at] {
+        Instr::Reduce { op, a } => (op, a as usize),
+        _ => unreachable!("a reduction"),
+    }
+}
+
+/// Number of reductions before instruction `at` (the phase whose row value it reads).
+fn phase_of(kernel: &PointwiseKernel, at: usize) -> usize {
+    kernel.program[..at]
+        .iter()
+        .filter(|i| matches!(i, Instr::Reduce { .. }))
+        .count()
+}
+
 // Index loops: CubeCL expands `for i in 0..n` with comptime bounds, not iterators. Inside
 // `comptime!` the kernel is owned in the expansion (hence the borrows clippy sees as needless).
 #[allow(clippy::needless_range_loop, clippy::needless_borrow)]
@@ -39,13 +94,16 @@ pub fn row<F: Float + ScalarArgType>(
     scalars: &Sequence<F>,
     outputs: &mut Sequence<Tensor<F>>,
     #[comptime] kernel: &PointwiseKernel,
+    #[comptime] reduction: Reduction,
 ) {
     let layout = comptime![layout(&kernel)];
     let rank = comptime![layout.shape.len()];
-    let columns = comptime![layout.shape[rank - 1]];
-    let rows = comptime![layout.shape[..rank - 1].iter().product::<usize>()];
-    let cube = comptime![layout.cube as usize];
-    let row = CUBE_POS;
+    let rows = comptime![layout.rows()];
+    let units = comptime![layout.units as usize];
+    let per_cube = comptime![layout.rows_per_cube as usize];
+    // Whole cubes past the last row (the grid spills into y past 65535 cubes) stop here, all
+    // their units together: rows per cube divides the rows, so no cube is partly past them.
+    let row = CUBE_POS * per_cube + UNIT_POS_Y as usize;
     if row >= rows {
         terminate!();
     }
@@ -69,71 +127,216 @@ pub fn row<F: Float + ScalarArgType>(
         bases.push(offset);
     }
 
-    // One row value per reduction, in program order; one shared buffer reused by every
-    // reduction (one allocation also keeps the generated code's layout deterministic).
+    // One buffer for every reduction of every row of the cube (one allocation also keeps the
+    // generated code's layout deterministic); plane reductions leave it unused.
+    let mut shared = SharedMemory::<f32>::new(comptime![units * per_cube]);
+    let per_unit = comptime![layout.columns().div_ceil(units)];
+    if comptime![per_unit <= KEPT] {
+        kept::<F>(
+            inputs,
+            scalars,
+            outputs,
+            &bases,
+            &mut shared,
+            row,
+            kernel,
+            reduction,
+        );
+    } else {
+        streamed::<F>(
+            inputs,
+            scalars,
+            outputs,
+            &bases,
+            &mut shared,
+            row,
+            kernel,
+            reduction,
+        );
+    }
+}
+
+/// The unit's columns unrolled, their values kept in registers across phases. Where the units
+/// do not divide the row, the last columns of some units lie past it: they are evaluated at the
+/// row's last column (a valid address), left out of the reductions and not stored.
+#[allow(
+    clippy::needless_range_loop,
+    clippy::needless_borrow,
+    clippy::too_many_arguments
+)]
+#[cube]
+fn kept<F: Float + ScalarArgType>(
+    inputs: &Sequence<Tensor<F>>,
+    scalars: &Sequence<F>,
+    outputs: &mut Sequence<Tensor<F>>,
+    bases: &Sequence<usize>,
+    shared: &mut SharedMemory<f32>,
+    row: usize,
+    #[comptime] kernel: &PointwiseKernel,
+    #[comptime] reduction: Reduction,
+) {
+    let layout = comptime![layout(&kernel)];
+    let columns = comptime![layout.columns()];
+    let units = comptime![layout.units as usize];
+    let per_unit = comptime![columns.div_ceil(units)];
+    let ragged = comptime![columns % units != 0];
+    let lane = UNIT_POS_X as usize;
+
+    // Per column of the unit: its registers so far (register `k` is the `k`-th instruction's
+    // value, since stores come last).
+    let mut slots = Sequence::<Sequence<F>>::new();
+    #[unroll]
+    for _ in 0..per_unit {
+        slots.push(Sequence::<F>::new());
+    }
     let mut reduced = Sequence::<F>::new();
-    let mut shared = SharedMemory::<f32>::new(cube);
     let phases = comptime![reductions(&kernel)];
+    let mut done = comptime![0usize];
     #[unroll]
     for p in 0..phases.len() {
         let at = comptime![phases[p]];
-        let (op, a) = comptime![match kernel.program[at] {
-            Instr::Reduce { op, a } => (op, a as usize),
-            _ => unreachable!("a reduction"),
-        }];
-        // Each unit accumulates in its own shared slot: no mutable float locals, whose
-        // declaration order the compilers do not keep stable.
-        let unit = UNIT_POS as usize;
-        shared[unit] = identity(op);
-        for col in range_stepped(UNIT_POS as usize, columns, cube) {
-            let regs = evaluate::<F>(inputs, scalars, &bases, &reduced, col, kernel, at);
-            shared[unit] = combine(shared[unit], f32::cast_from(*regs.index(a)), op);
+        let (op, a) = comptime![reduction_at(&kernel, at)];
+        // Partial results as a chain of values (no mutable float locals, whose declaration
+        // order the compilers do not keep stable).
+        let mut partial = Sequence::<f32>::new();
+        partial.push(identity(op));
+        #[unroll]
+        for k in 0..per_unit {
+            let col = lane + comptime![k * units];
+            let regs = slots.index_mut(k);
+            extend::<F>(
+                inputs,
+                scalars,
+                bases,
+                &reduced,
+                clamp(col, columns, ragged),
+                kernel,
+                regs,
+                done,
+                at,
+            );
+            let v = f32::cast_from(*regs.index(a));
+            let v = if comptime![ragged] {
+                select(col < columns, v, identity(op))
+            } else {
+                v
+            };
+            let acc = combine(*partial.index(k), v, op);
+            partial.push(acc);
         }
-        let total = finish(cube_reduce(&mut shared, op, cube), op, columns);
-        reduced.push(F::cast_from(total));
+        let total = reduce_row(*partial.index(per_unit), shared, op, units, reduction);
+        reduced.push(F::cast_from(finish(total, op, columns)));
+        comptime![done = at];
     }
 
-    // Last pass: the whole program, then the stores.
     let len = comptime![kernel.program.len()];
-    for col in range_stepped(UNIT_POS as usize, columns, cube) {
-        let regs = evaluate::<F>(inputs, scalars, &bases, &reduced, col, kernel, len);
-        #[unroll]
-        for i in 0..len {
-            let instr = comptime![kernel.program[i].clone()];
-            if let Instr::Store { output, value } = instr {
-                let v = *regs.index(comptime![value as usize]);
-                let out = outputs.index_mut(comptime![output as usize]);
-                if comptime![layout.row_outputs[output as usize]] {
-                    if col == 0 {
-                        out[row] = v;
-                    }
-                } else {
-                    out[row * columns + col] = v;
-                }
+    #[unroll]
+    for k in 0..per_unit {
+        let col = lane + comptime![k * units];
+        let regs = slots.index_mut(k);
+        extend::<F>(
+            inputs,
+            scalars,
+            bases,
+            &reduced,
+            clamp(col, columns, ragged),
+            kernel,
+            regs,
+            done,
+            len,
+        );
+        if comptime![ragged] {
+            if col < columns {
+                store::<F>(outputs, regs, row, col, kernel, comptime![k == 0]);
             }
+        } else {
+            store::<F>(outputs, regs, row, col, kernel, comptime![k == 0]);
         }
     }
 }
 
-/// The program's values at column `col`, up to instruction `stop` (excluded); reductions
-/// before it read their row value from `reduced`. Stores are skipped (not values): register
-/// `k` is the `k`-th instruction, since stores come last.
-#[allow(clippy::needless_range_loop)]
+/// Rows longer than [`KEPT`] columns per unit: a loop over the unit's columns per phase, the
+/// program re-evaluated from the inputs each time (a row stays in cache between phases). Each
+/// unit accumulates in its own shared slot, which the reduction then reads.
+#[allow(
+    clippy::needless_range_loop,
+    clippy::needless_borrow,
+    clippy::too_many_arguments
+)]
 #[cube]
-fn evaluate<F: Float + ScalarArgType>(
+fn streamed<F: Float + ScalarArgType>(
+    inputs: &Sequence<Tensor<F>>,
+    scalars: &Sequence<F>,
+    outputs: &mut Sequence<Tensor<F>>,
+    bases: &Sequence<usize>,
+    shared: &mut SharedMemory<f32>,
+    row: usize,
+    #[comptime] kernel: &PointwiseKernel,
+    #[comptime] reduction: Reduction,
+) {
+    let layout = comptime![layout(&kernel)];
+    let columns = comptime![layout.columns()];
+    let units = comptime![layout.units as usize];
+    let lane = UNIT_POS_X as usize;
+    let slot = UNIT_POS_Y as usize * units + lane;
+    let mut reduced = Sequence::<F>::new();
+    let phases = comptime![reductions(&kernel)];
+    #[unroll]
+    for p in 0..phases.len() {
+        let at = comptime![phases[p]];
+        let (op, a) = comptime![reduction_at(&kernel, at)];
+        shared[slot] = identity(op);
+        for col in range_stepped(lane, columns, units) {
+            let mut regs = Sequence::<F>::new();
+            extend::<F>(
+                inputs, scalars, bases, &reduced, col, kernel, &mut regs, 0usize, at,
+            );
+            shared[slot] = combine(shared[slot], f32::cast_from(*regs.index(a)), op);
+        }
+        let total = reduce_row(shared[slot], shared, op, units, reduction);
+        reduced.push(F::cast_from(finish(total, op, columns)));
+    }
+
+    let len = comptime![kernel.program.len()];
+    for col in range_stepped(lane, columns, units) {
+        let mut regs = Sequence::<F>::new();
+        extend::<F>(
+            inputs, scalars, bases, &reduced, col, kernel, &mut regs, 0usize, len,
+        );
+        store::<F>(outputs, &regs, row, col, kernel, true);
+    }
+}
+
+/// The column a unit evaluates: `col` itself, or where the units do not divide the row, the
+/// row's last column for the positions past it (their values are never used).
+#[cube]
+fn clamp(col: usize, #[comptime] columns: usize, #[comptime] ragged: bool) -> usize {
+    if comptime![ragged] {
+        select(col < columns, col, comptime![columns - 1])
+    } else {
+        col
+    }
+}
+
+/// Evaluates instructions `start..stop` of the program at column `col` into `regs` (which holds
+/// the values of the instructions before `start`); reductions read their row value from
+/// `reduced`. Stores are skipped (they are not values, and come last).
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+#[cube]
+fn extend<F: Float + ScalarArgType>(
     inputs: &Sequence<Tensor<F>>,
     scalars: &Sequence<F>,
     bases: &Sequence<usize>,
     reduced: &Sequence<F>,
     col: usize,
     #[comptime] kernel: &PointwiseKernel,
+    regs: &mut Sequence<F>,
+    #[comptime] start: usize,
     #[comptime] stop: usize,
-) -> Sequence<F> {
+) {
     let rank = comptime![kernel.rank as usize];
-    let mut regs = Sequence::<F>::new();
-    let mut phase = comptime![0usize];
     #[unroll]
-    for i in 0..stop {
+    for i in start..stop {
         let instr = comptime![kernel.program[i].clone()];
         match instr {
             Instr::Load { input } => {
@@ -147,16 +350,48 @@ fn evaluate<F: Float + ScalarArgType>(
                 }
             }
             Instr::Scalar { .. } | Instr::Unary { .. } | Instr::Binary { .. } => {
-                regs.push(compute::<F>(&regs, scalars, instr));
+                regs.push(compute::<F>(regs, scalars, instr));
             }
             Instr::Reduce { .. } => {
-                regs.push(*reduced.index(phase));
-                comptime![phase += 1];
+                regs.push(*reduced.index(comptime![phase_of(&kernel, i)]));
             }
             Instr::Store { .. } => {}
         }
     }
-    regs
+}
+
+/// The program's stores at column `col` of `row` (outputs contiguous). A row output is written
+/// once per row, by the unit holding column 0 (`first`: this is the unit's first column).
+#[allow(clippy::needless_range_loop)]
+#[cube]
+fn store<F: Float + ScalarArgType>(
+    outputs: &mut Sequence<Tensor<F>>,
+    regs: &Sequence<F>,
+    row: usize,
+    col: usize,
+    #[comptime] kernel: &PointwiseKernel,
+    #[comptime] first: bool,
+) {
+    let layout = comptime![layout(&kernel)];
+    let columns = comptime![layout.columns()];
+    let len = comptime![kernel.program.len()];
+    #[unroll]
+    for i in 0..len {
+        let instr = comptime![kernel.program[i].clone()];
+        if let Instr::Store { output, value } = instr {
+            let v = *regs.index(comptime![value as usize]);
+            let out = outputs.index_mut(comptime![output as usize]);
+            if comptime![layout.row_outputs[output as usize]] {
+                if comptime![first] {
+                    if col == 0 {
+                        out[row] = v;
+                    }
+                }
+            } else {
+                out[row * columns + col] = v;
+            }
+        }
+    }
 }
 
 #[cube]
@@ -184,27 +419,50 @@ fn combine(a: f32, b: f32, #[comptime] op: ReduceOp) -> f32 {
     }
 }
 
-/// Combines the values the cube's units (`cube`, a power of two) left in `shared`; every unit
-/// gets the result, and `shared` is free again when it returns.
+/// Combines the partial results of a row's `units` units (a power of two); every unit of the
+/// row gets the result. Shared memory (the row's `units` slots) is free again on return.
 #[cube]
-fn cube_reduce(
+fn reduce_row(
+    value: f32,
     shared: &mut SharedMemory<f32>,
     #[comptime] op: ReduceOp,
-    #[comptime] cube: usize,
+    #[comptime] units: usize,
+    #[comptime] reduction: Reduction,
 ) -> f32 {
-    let unit = UNIT_POS as usize;
+    match comptime![reduction] {
+        Reduction::Plane => match comptime![op] {
+            ReduceOp::Sum | ReduceOp::Mean => plane_sum(value),
+            ReduceOp::Max => plane_max(value),
+        },
+        Reduction::Shared => shared_reduce(value, shared, op, units),
+    }
+}
+
+/// A tree over the row's shared slots, a barrier per step (every unit of the cube reaches the
+/// same barriers: all its rows exist).
+#[cube]
+fn shared_reduce(
+    value: f32,
+    shared: &mut SharedMemory<f32>,
+    #[comptime] op: ReduceOp,
+    #[comptime] units: usize,
+) -> f32 {
+    let lane = UNIT_POS_X as usize;
+    let base = UNIT_POS_Y as usize * units;
+    // The slot is the unit's own (the last reduction's readers are past its final barrier).
+    shared[base + lane] = value;
     sync_cube();
-    let steps = comptime![cube.trailing_zeros()];
+    let steps = comptime![units.trailing_zeros()];
     #[unroll]
     for s in 0..steps {
-        let half = comptime![cube >> (s + 1)];
-        if unit < half {
-            let other = shared[unit + half];
-            shared[unit] = combine(shared[unit], other, op);
+        let half = comptime![units >> (s + 1)];
+        if lane < half {
+            let other = shared[base + lane + half];
+            shared[base + lane] = combine(shared[base + lane], other, op);
         }
         sync_cube();
     }
-    let total = shared[0];
+    let total = shared[base];
     // Every unit has read the result before the next reduction writes.
     sync_cube();
     total

@@ -336,18 +336,37 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
         &[],
     );
 
-    // Row kernels: layer norm over rows longer than the cube (300 columns, 256 units), with
-    // broadcast γ and β; softmax over rank 3 with a row output, rows shorter than the cube.
-    let (x, g, b) = (
-        contiguous(&[6, 300], 7, -2.0, 2.0),
-        contiguous(&[1, 300], 8, 0.5, 1.5),
-        contiguous(&[1, 300], 9, -0.5, 0.5),
-    );
-    let ln = support::layer_norm(6, 300);
-    check(&client, "layer_norm", &ln, &[6, 300], &[x, g, b], &[1e-5]);
-    let x = contiguous(&[3, 5, 40], 10, -4.0, 4.0);
-    let sm = support::softmax_rows([3, 5, 40]);
-    check(&client, "softmax", &sm, &[3, 5, 40], &[x], &[]);
+    // Row kernels, every layout: layer norm with broadcast γ and β over 6 rows of 300
+    // columns (32 units, 10 columns each, the last ones past the row; 2 rows per cube);
+    // softmax over rank 3 with a row output (15 rows: 1 per cube; 40 columns, ragged);
+    // 64 rows of 128 (8 rows per cube, 4 columns per unit, no ragged end); rows longer than a
+    // plane's share (3000 columns: 256 units, ragged) and than the registers' (9000 columns:
+    // streamed through shared slots).
+    let layer_norm = |rows: usize, n: usize, seed: u64| {
+        let (x, g, b) = (
+            contiguous(&[rows, n], seed, -2.0, 2.0),
+            contiguous(&[1, n], seed + 1, 0.5, 1.5),
+            contiguous(&[1, n], seed + 2, -0.5, 0.5),
+        );
+        let ln = support::layer_norm(rows, n);
+        let name = format!("layer_norm {rows}×{n}");
+        check(&client, &name, &ln, &[rows, n], &[x, g, b], &[1e-5]);
+    };
+    layer_norm(6, 300, 7);
+    layer_norm(4, 3000, 50);
+    layer_norm(2, 9000, 60);
+    for (shape, seed) in [([3, 5, 40], 10), ([2, 32, 128], 70)] {
+        let x = contiguous(&shape, seed, -4.0, 4.0);
+        let sm = support::softmax_rows(shape);
+        check(
+            &client,
+            &format!("softmax {shape:?}"),
+            &sm,
+            &shape,
+            &[x],
+            &[],
+        );
+    }
 
     // Every unary op on its domain, every binary op.
     for (i, op) in UNARY_OPS.into_iter().enumerate() {

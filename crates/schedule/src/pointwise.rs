@@ -103,15 +103,69 @@ pub enum Instr {
     },
 }
 
-/// How a row kernel walks its iteration space `[R…, N]`.
+/// How a row kernel walks its iteration space `[R…, N]`: `units` units share a row, a cube
+/// holds `rows_per_cube` rows (its units laid out `[rows_per_cube, units]`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RowLayout {
     /// The iteration shape (shapes are part of the graph key, so kernels specialize on them).
     pub shape: Vec<usize>,
-    /// Units per cube (a power of two); each cube computes one row.
-    pub cube: u32,
+    /// Units per row (a power of two): each takes every `units`-th column.
+    pub units: u32,
+    /// Rows per cube (a power of two that divides the number of rows, so no cube holds a
+    /// partial set of rows and every unit of a cube reaches the same barriers).
+    pub rows_per_cube: u32,
     /// Per output: a row value (shape `[R…, 1]`) rather than a full tensor.
     pub row_outputs: Vec<bool>,
+}
+
+impl RowLayout {
+    /// Units per cube the layout aims for: enough to hide latency, within wgpu's default
+    /// limit of 256 invocations per workgroup.
+    pub const CUBE: u32 = 256;
+    /// Rows of up to this many columns are taken by one plane-sized group of 32 units (a
+    /// warp on CUDA: the reduction needs no shared memory there); longer rows get more units.
+    pub const PLANE_ROW: usize = 1024;
+
+    /// The layout of a row kernel over `shape`.
+    ///
+    /// Short rows (W1's softmax has 128 columns, its layer norms 512) are where a cube per row
+    /// wastes the GPU: most units idle and every reduction step waits at a cube-wide barrier.
+    /// So a row of up to [`Self::PLANE_ROW`] columns gets 32 units (a plane on NVIDIA GPUs)
+    /// and a cube packs several rows; a longer row gets up to 256 units, at least 8 columns
+    /// each, and a cube of its own.
+    pub fn new(shape: Vec<usize>, row_outputs: Vec<bool>) -> RowLayout {
+        let rank = shape.len();
+        let columns = shape[rank - 1].max(1);
+        let rows: usize = shape[..rank - 1].iter().product();
+        let units = if columns <= Self::PLANE_ROW {
+            32
+        } else {
+            (columns / 8).next_power_of_two().min(Self::CUBE as usize) as u32
+        };
+        // The largest power of two that divides the rows, up to a full cube.
+        let most = (Self::CUBE / units).max(1);
+        let divides = if rows == 0 {
+            1
+        } else {
+            1u32 << rows.trailing_zeros().min(31)
+        };
+        RowLayout {
+            shape,
+            units,
+            rows_per_cube: most.min(divides),
+            row_outputs,
+        }
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.shape[..self.shape.len() - 1].iter().product()
+    }
+
+    /// Number of columns (the reduced dimension).
+    pub fn columns(&self) -> usize {
+        self.shape[self.shape.len() - 1]
+    }
 }
 
 /// A fused elementwise kernel: what code generation needs, and nothing that changes between
@@ -179,8 +233,13 @@ impl PointwiseGroup {
                 _ => None,
             })
             .collect();
-        let kind = if self.kernel.row.is_some() {
-            format!("row kernel, reductions [{}]", reductions.join(", "))
+        let kind = if let Some(row) = &self.kernel.row {
+            format!(
+                "row kernel, reductions [{}], {} units per row × {} rows per cube",
+                reductions.join(", "),
+                row.units,
+                row.rows_per_cube
+            )
         } else {
             "pointwise kernel".to_string()
         };
@@ -642,15 +701,7 @@ fn build(
             program.push(Instr::Store { output, value: r });
         }
     }
-    let row = row.then(|| {
-        let columns = shape[shape.num_dims() - 1];
-        RowLayout {
-            shape: shape.to_vec(),
-            // Enough units to cover a short row in one step, at most 256.
-            cube: (columns.next_power_of_two() as u32).clamp(32, 256),
-            row_outputs,
-        }
-    });
+    let row = row.then(|| RowLayout::new(shape.to_vec(), row_outputs));
 
     PointwiseGroup {
         ops: run.to_vec(),

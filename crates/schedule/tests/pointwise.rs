@@ -3,7 +3,9 @@
 use TensorStatus::*;
 use burn_backend::DType;
 use burn_compile_graph::Activation;
-use burn_compile_schedule::{BinaryOp, Instr, PointwiseGroup, Slot, UnaryOp, pointwise_groups};
+use burn_compile_schedule::{
+    BinaryOp, Instr, PointwiseGroup, RowLayout, Slot, UnaryOp, pointwise_groups,
+};
 use burn_ir::{
     BinaryOpIr, CustomOpIr, FloatOperationIr, MatmulOpIr, NumericOperationIr, OperationIr,
     ScalarIr, ScalarOpIr, TensorIr, TensorStatus, UnaryOpIr,
@@ -475,7 +477,8 @@ fn a_residual_add_and_layer_norm_are_one_row_kernel() {
     assert_eq!(g.ops, vec![0, 1, 2, 3, 4, 5, 6, 7, 9, 11]);
     let row = g.kernel.row.as_ref().expect("a row kernel");
     assert_eq!(row.shape, vec![4, 16, 64]);
-    assert_eq!(row.cube, 64);
+    // 64 columns: one plane-sized group of 32 units per row, 8 rows per cube (64 rows).
+    assert_eq!((row.units, row.rows_per_cube), (32, 8));
     assert_eq!(
         row.row_outputs,
         vec![false],
@@ -543,3 +546,27 @@ fn a_captured_softmax_over_the_last_dimension_is_one_row_kernel() {
         }]
     );
 }
+
+#[test]
+fn row_layouts_pack_short_rows_and_spread_long_ones() {
+    let layout = |shape: &[usize]| {
+        let l = RowLayout::new(shape.to_vec(), vec![false]);
+        (l.units, l.rows_per_cube)
+    };
+    // W1: softmax over 32·8·128 rows of 128, layer norm over 4096 rows of 512: one plane-sized
+    // group per row, 8 rows per cube of 256 units.
+    assert_eq!(layout(&[32, 8, 128, 128]), (32, 8));
+    assert_eq!(layout(&[4096, 512]), (32, 8));
+    // Rows per cube divide the rows (no cube holds a partial set): 6 rows → 2, 15 → 1.
+    assert_eq!(layout(&[6, 300]), (32, 2));
+    assert_eq!(layout(&[3, 5, 40]), (32, 1));
+    assert_eq!(layout(&[1024]), (32, 1));
+    // Long rows: at least 8 columns per unit, at most 256 units, a cube each.
+    assert_eq!(layout(&[4, 3000]), (256, 1));
+    assert_eq!(layout(&[8, 2048]), (256, 1));
+    assert_eq!(layout(&[8, 1536]), (256, 1));
+    assert_eq!(layout(&[2, 9000]), (256, 1));
+    // No rows at all (a size-0 dimension): a valid layout that launches nothing.
+    assert_eq!(layout(&[0, 64]), (32, 1));
+}
+

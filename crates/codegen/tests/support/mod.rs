@@ -71,13 +71,8 @@ pub fn row_kernel(
     scalars: u16,
     program: Vec<Instr>,
 ) -> PointwiseKernel {
-    let columns = *shape.last().expect("rank ≥ 1");
     PointwiseKernel {
-        row: Some(RowLayout {
-            shape: shape.to_vec(),
-            cube: (columns.next_power_of_two() as u32).clamp(32, 256),
-            row_outputs: row_outputs.clone(),
-        }),
+        row: Some(RowLayout::new(shape.to_vec(), row_outputs.clone())),
         ..kernel(
             shape.len() as u8,
             inputs,
