@@ -24,6 +24,9 @@ pub struct CompileConfig {
     pub detect_period: bool,
     /// Skip ops whose results are dropped unused (`BURN_COMPILE_DEAD_CODE`).
     pub dead_code_elimination: bool,
+    /// Run an op that repeats an earlier one (same op, same input tensors, no scalar operand)
+    /// once, its repeat sharing the result (`BURN_COMPILE_CSE`).
+    pub common_subexpressions: bool,
     /// Fuse runs of elementwise ops into generated kernels where the inner backend can run
     /// them (CubeCL backends: wgpu, CUDA); elsewhere every op runs on the inner backend
     /// (`BURN_COMPILE_FUSION`).
@@ -73,6 +76,7 @@ impl Default for CompileConfig {
             max_graph_ops: 10_000,
             detect_period: true,
             dead_code_elimination: true,
+            common_subexpressions: true,
             fusion: true,
             library_matmul: true,
             attention: true,
@@ -162,6 +166,9 @@ impl CompileConfig {
         }
         if let Some((k, v)) = get("BURN_COMPILE_DEAD_CODE") {
             self.dead_code_elimination = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_CSE") {
+            self.common_subexpressions = parse_bool(&k, &v)?;
         }
         if let Some((k, v)) = get("BURN_COMPILE_FUSION") {
             self.fusion = parse_bool(&k, &v)?;
@@ -257,9 +264,11 @@ mod tests {
                 ("BURN_COMPILE_DEAD_CODE", "off"),
                 ("BURN_COMPILE_ASYNC", "0"),
                 ("BURN_COMPILE_FUSION", "off"),
+                ("BURN_COMPILE_CSE", "false"),
             ]))
             .unwrap();
         assert!(!config.fusion);
+        assert!(!config.common_subexpressions);
         assert_eq!(config.max_graph_ops, 64);
         assert!(!config.dead_code_elimination);
         assert!(!config.async_execution);

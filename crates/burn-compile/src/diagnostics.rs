@@ -32,6 +32,8 @@ pub struct GraphRecord {
     pub kernels: Vec<String>,
     /// Ops removed as dead code.
     pub dead: usize,
+    /// Ops that repeat an earlier one and share its result (common subexpressions).
+    pub merged: usize,
     /// The plan came from the cache.
     pub cache_hit: bool,
     /// Time spent building the plan (zero on a hit).

@@ -84,7 +84,7 @@ impl fmt::Display for Explanation {
             };
             writeln!(
                 f,
-                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops{}{}), {} dead, {}, ended by {ended}",
+                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops{}{}), {} dead, {} merged, {}, ended by {ended}",
                 g.key,
                 g.ops,
                 g.launches,
@@ -99,6 +99,7 @@ impl fmt::Display for Explanation {
                     n => format!(", {n} attention kernel(s)"),
                 },
                 g.dead,
+                g.merged,
                 if g.cache_hit {
                     "cache hit".to_string()
                 } else {

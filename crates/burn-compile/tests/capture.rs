@@ -263,3 +263,37 @@ fn a_thread_exiting_with_a_pending_matmul_does_not_abort() {
     b.into_data()
         .assert_approx_eq::<f32>(&eager.into_data(), Tolerance::default());
 }
+
+#[test]
+fn a_repeated_op_runs_once_and_its_repeat_shares_the_result() {
+    // Burn's LayerNorm centres twice (`x - mean` in var_mean_bias, then to normalize). The
+    // repeat shares the first result; the first is then consumed by an op that could run in
+    // place (`a + 1`, its last use): the shared buffer has two owners, so the repeat's value
+    // must survive it.
+    fn centred<B: burn::tensor::backend::Backend>(
+        x: Tensor<B, 2>,
+    ) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>) {
+        let mean = x.clone().mean_dim(1);
+        let a = x.clone() - mean.clone();
+        let b = x.clone() - mean;
+        let e = x.clone().exp() * x.exp();
+        (a + 1.0, b, e)
+    }
+    let device = Default::default();
+    let x = Tensor::<C, 2>::from_data(data([4, 6], 8), &device);
+    let ((a, b, e), report) = explain(|| {
+        let out = centred(x.clone());
+        mark_step();
+        out
+    });
+    let merged: usize = report.graphs.iter().map(|g| g.merged).sum();
+    assert_eq!(
+        merged, 2,
+        "the second centring and the second exp:\n{report}"
+    );
+    let (ea, eb, ee) = centred(Tensor::<Flex, 2>::from_data(data([4, 6], 8), &device));
+    a.into_data().assert_eq(&ea.into_data(), true);
+    b.into_data().assert_eq(&eb.into_data(), true);
+    e.into_data().assert_eq(&ee.into_data(), true);
+    x.into_data().assert_eq(&data([4, 6], 8), true);
+}

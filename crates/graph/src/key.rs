@@ -49,6 +49,8 @@ pub struct KeyWriter {
     ids: FxHashMap<u64, u32>,
     count: u32,
     in_tensor_id: bool,
+    /// Scalar operands walked so far (their values are not in the key).
+    scalars: u32,
 }
 
 impl KeyWriter {
@@ -76,6 +78,13 @@ impl KeyWriter {
         self.count == 0
     }
 
+    /// Number of scalar operands in the operations fed so far. Their values are runtime
+    /// arguments, not part of the key: a pass that compares scalar values across operations
+    /// would build a plan that a graph with the same key but other values must not reuse.
+    pub fn scalars(&self) -> u32 {
+        self.scalars
+    }
+
     /// The key of everything fed so far (the writer can go on).
     pub fn key(&self) -> GraphKey {
         GraphKey {
@@ -90,6 +99,7 @@ impl KeyWriter {
         self.ids.clear();
         self.count = 0;
         self.in_tensor_id = false;
+        self.scalars = 0;
     }
 
     fn write(&mut self, bytes: &[u8]) {
@@ -214,6 +224,7 @@ impl ser::Serializer for &mut KeyWriter {
         self.write(&i.to_le_bytes());
         if name == "ScalarIr" {
             // A scalar's kind is structure, its value is a runtime argument.
+            self.scalars += 1;
             return Ok(());
         }
         value.serialize(self)

@@ -31,7 +31,8 @@ impl Liveness {
     }
 }
 
-fn has_effects(op: &OperationIr) -> bool {
+/// Operations with effects beyond their outputs (never skipped, never merged).
+pub(crate) fn has_effects(op: &OperationIr) -> bool {
     matches!(
         op,
         OperationIr::Init(_)

@@ -1,46 +1,12 @@
 //! Dead-code elimination on hand-built graphs: what dies, what must live, what is released.
 
 use TensorStatus::*;
-use burn_backend::{DType, Distribution, Shape};
 use burn_compile_passes::dead_code;
-use burn_ir::{
-    BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, RandomOpIr, TensorId, TensorIr,
-    TensorStatus, UnaryOpIr,
-};
+use burn_ir::{OperationIr, TensorIr, TensorStatus};
 
-fn t(id: u64, status: TensorStatus) -> TensorIr {
-    TensorIr {
-        id: TensorId::new(id),
-        shape: Shape::new([2, 2]),
-        status,
-        dtype: DType::F32,
-    }
-}
+mod support;
 
-fn exp(input: TensorIr, out: u64) -> OperationIr {
-    OperationIr::Float(
-        DType::F32,
-        FloatOperationIr::Exp(UnaryOpIr {
-            input,
-            out: t(out, NotInit),
-        }),
-    )
-}
-
-fn add(lhs: TensorIr, rhs: TensorIr, out: u64) -> OperationIr {
-    OperationIr::NumericFloat(
-        DType::F32,
-        NumericOperationIr::Add(BinaryOpIr {
-            lhs,
-            rhs,
-            out: t(out, NotInit),
-        }),
-    )
-}
-
-fn drop_op(id: u64) -> OperationIr {
-    OperationIr::Drop(t(id, ReadWrite))
-}
+use support::{add, drop_op, exp, random, t};
 
 #[test]
 fn an_output_dropped_unused_is_dead_with_its_drop() {
@@ -82,14 +48,7 @@ fn a_used_output_keeps_its_producer_alive() {
 
 #[test]
 fn random_draws_are_never_dead() {
-    let random = OperationIr::Float(
-        DType::F32,
-        FloatOperationIr::Random(RandomOpIr {
-            out: t(5, NotInit),
-            distribution: Distribution::Default,
-        }),
-    );
-    let ops = vec![random, drop_op(5)];
+    let ops = vec![random(5), drop_op(5)];
     assert_eq!(dead_code(&ops).dead, vec![false, false]);
 }
 

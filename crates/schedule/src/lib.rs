@@ -17,7 +17,7 @@ pub use pointwise::{
 };
 
 use burn_compile_graph::Activation;
-use burn_compile_passes::{Liveness, dead_code};
+use burn_compile_passes::{Liveness, common_subexpressions, dead_code};
 use burn_ir::OperationIr;
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +40,10 @@ pub enum Step {
     /// Attention group `group` of [`Plan::attention`]: one attention kernel in place of its
     /// parts (or the parts themselves where the target cannot take the call).
     Attention { group: u32 },
+    /// Operation `op` repeats operation `of` (a common subexpression): its outputs share
+    /// `of`'s results, then the inputs it consumed in place are freed (positions in
+    /// `op.inputs()` order).
+    Alias { op: u32, of: u32, inputs: Vec<u8> },
 }
 
 /// What a cached graph replays.
@@ -67,7 +71,15 @@ impl Plan {
     pub fn launches(&self) -> usize {
         self.steps
             .iter()
-            .filter(|s| !matches!(s, Step::Release { .. }))
+            .filter(|s| !matches!(s, Step::Release { .. } | Step::Alias { .. }))
+            .count()
+    }
+
+    /// Number of operations that share an earlier operation's result instead of running.
+    pub fn merged(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, Step::Alias { .. }))
             .count()
     }
 
@@ -113,6 +125,10 @@ impl Plan {
 pub struct ScheduleOptions<'a> {
     /// Skip operations whose results are never used.
     pub dead_code_elimination: bool,
+    /// Run an operation that repeats an earlier one (same operation on the same tensors, no
+    /// scalar operand) once: the repeat shares its result. Only operations that run as steps
+    /// of their own are compared (a fused kernel may never write its intermediates).
+    pub common_subexpressions: bool,
     /// Fuse runs of elementwise operations into generated kernels, each kept only when the
     /// target accepts it (e.g. its dtype has a kernel there). `None`: no fusion (a target that
     /// cannot generate kernels, or fusion turned off).
@@ -196,6 +212,19 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
             in_group[i as usize] = Some(g as u32);
         }
     }
+    // Common subexpressions among the operations left to run one by one.
+    let mut alias_at = vec![None; ops.len()];
+    if options.common_subexpressions {
+        // `live` is already false for dead operations and those of attention and matmul
+        // steps; fused groups (with their hoisted views) are left out here.
+        let alone: Vec<bool> = (0..ops.len())
+            .map(|i| live[i] && in_group[i].is_none())
+            .collect();
+        for d in common_subexpressions(ops, &alone) {
+            let at = d.op as usize;
+            alias_at[at] = Some(d);
+        }
+    }
     let mut releases = releases.into_iter().peekable();
     let mut steps = Vec::with_capacity(ops.len());
     for (i, is_dead) in dead.iter().enumerate() {
@@ -213,6 +242,12 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
                 steps.extend(g.hoisted.iter().map(|&h| step(&ops[h as usize], h)));
                 steps.push(Step::Pointwise { group });
             }
+        } else if let Some(d) = alias_at[i].take() {
+            steps.push(Step::Alias {
+                op: d.op,
+                of: d.of,
+                inputs: d.releases,
+            });
         } else if !is_dead {
             steps.push(step(&ops[i], i as u32));
         } else if releases.peek().is_some_and(|(op, _)| *op as usize == i) {

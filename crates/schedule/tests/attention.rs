@@ -168,6 +168,7 @@ fn plan(ops: &[OperationIr], attention: bool) -> Plan {
         ops,
         ScheduleOptions {
             dead_code_elimination: true,
+            common_subexpressions: true,
             pointwise: Some(pointwise),
             matmul: Some(library),
             attention: attention.then_some(flash),
@@ -280,6 +281,7 @@ fn a_target_that_refuses_the_call_keeps_the_parts() {
         &ops,
         ScheduleOptions {
             dead_code_elimination: true,
+            common_subexpressions: true,
             pointwise: Some(pointwise),
             matmul: None,
             attention: Some(refuse),

@@ -50,6 +50,7 @@ fn plan(ops: &[OperationIr], matmul: bool) -> Plan {
         ops,
         ScheduleOptions {
             dead_code_elimination: true,
+            common_subexpressions: true,
             pointwise: Some(pointwise),
             matmul: matmul.then_some(library),
             attention: None,
@@ -171,6 +172,7 @@ fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
         &ops,
         ScheduleOptions {
             dead_code_elimination: false,
+            common_subexpressions: true,
             pointwise: None,
             matmul: Some(refuse),
             attention: None,

@@ -258,6 +258,7 @@ fn plan_of(
 ) -> burn_compile_schedule::Plan {
     let options = ScheduleOptions {
         dead_code_elimination: true,
+        common_subexpressions: true,
         pointwise,
         matmul: None,
         attention: None,
@@ -570,3 +571,56 @@ fn row_layouts_pack_short_rows_and_spread_long_ones() {
     assert_eq!(layout(&[0, 64]), (32, 1));
 }
 
+// Common subexpressions: a repeat of a step that runs alone shares its result.
+
+#[test]
+fn a_repeated_op_run_alone_shares_the_first_result() {
+    let s = &[4, 8][..];
+    // 2 = exp(x 1); 3 = 2 @ 2; 4 = exp(x 1!) repeats 2 (x's last use); 5 = 4 @ 4.
+    let ops = vec![
+        exp(t(1, s, ReadOnly), 2),
+        matmul(t(2, s, ReadOnly), t(2, s, ReadOnly), &[4, 8], 3),
+        exp(t(1, s, ReadWrite), 4),
+        matmul(t(4, s, ReadOnly), t(4, s, ReadOnly), &[4, 8], 5),
+    ];
+    let plan = plan_of(&ops, None);
+    assert_eq!(
+        plan.steps,
+        vec![
+            Step::Eager { op: 0 },
+            Step::Eager { op: 1 },
+            Step::Alias {
+                op: 2,
+                of: 0,
+                inputs: vec![0]
+            },
+            Step::Eager { op: 3 },
+        ],
+        "{plan:#?}"
+    );
+    assert_eq!((plan.merged(), plan.launches()), (1, 3));
+    // Without the pass, the repeat runs.
+    let options = ScheduleOptions {
+        dead_code_elimination: true,
+        common_subexpressions: false,
+        pointwise: None,
+        matmul: None,
+        attention: None,
+    };
+    assert_eq!(schedule(&ops, options).merged(), 0);
+}
+
+#[test]
+fn a_repeat_inside_a_fused_kernel_is_left_to_the_kernel() {
+    // exp(x) twice in one fusible run: one kernel computes both (its intermediates may never be
+    // written, so nothing is shared across the kernel boundary).
+    let s = &[4, 8][..];
+    let ops = vec![
+        exp(t(1, s, ReadOnly), 2),
+        exp(t(1, s, ReadOnly), 3),
+        add(t(2, s, ReadWrite), t(3, s, ReadWrite), s, 4),
+    ];
+    let plan = plan_of(&ops, Some(&|_| true));
+    assert_eq!(plan.steps, vec![Step::Pointwise { group: 0 }], "{plan:#?}");
+    assert_eq!(plan.merged(), 0);
+}

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct PlanConfig {
     dead_code_elimination: bool,
+    common_subexpressions: bool,
     fusion: bool,
     library_matmul: bool,
     attention: bool,
@@ -30,6 +31,7 @@ impl From<&CompileConfig> for PlanConfig {
     fn from(c: &CompileConfig) -> Self {
         Self {
             dead_code_elimination: c.dead_code_elimination,
+            common_subexpressions: c.common_subexpressions,
             fusion: c.fusion,
             library_matmul: c.library_matmul,
             attention: c.attention,
@@ -84,6 +86,7 @@ impl PlanCache {
                 });
                 let options = ScheduleOptions {
                     dead_code_elimination: config.dead_code_elimination,
+                    common_subexpressions: config.common_subexpressions,
                     pointwise: accepts.pointwise.filter(|_| config.fusion),
                     matmul: accepts.matmul.filter(|_| config.library_matmul),
                     attention: attention.as_ref().map(|f| f as _),
@@ -109,6 +112,7 @@ impl PlanCache {
                 Vec::new()
             },
             dead: plan.dead as usize,
+            merged: plan.merged(),
             cache_hit,
             compile_time,
             ended_by: GraphBreak {
@@ -149,17 +153,28 @@ pub(crate) fn execute<B: BackendIr>(
             Step::Pointwise { group } => inner.fused(&ops, &plan.pointwise[*group as usize]),
             Step::Matmul { group } => inner.library_matmul(&ops, &plan.matmul[*group as usize]),
             Step::Attention { group } => inner.attention(&ops, &plan.attention[*group as usize]),
-            Step::Release { op, inputs } => {
-                for (pos, input) in ops[*op as usize].inputs().enumerate() {
-                    if inputs.contains(&(pos as u8)) {
-                        inner.release(input.id);
-                    }
+            Step::Release { op, inputs } => release(inner, &ops[*op as usize], inputs),
+            Step::Alias { op, of, inputs } => {
+                let (repeat, original) = (&ops[*op as usize], &ops[*of as usize]);
+                for (out, shared) in repeat.outputs().zip(original.outputs()) {
+                    inner.alias(shared.id, out.id);
                 }
+                release(inner, repeat, inputs);
             }
         }
     }
     ops.clear();
     ops
+}
+
+/// Frees the inputs of `op` at `positions` (in `op.inputs()` order): it consumed them in place,
+/// and does not run.
+fn release<B: BackendIr>(inner: &InnerDevice<B>, op: &OperationIr, positions: &[u8]) {
+    for (pos, input) in op.inputs().enumerate() {
+        if positions.contains(&(pos as u8)) {
+            inner.release(input.id);
+        }
+    }
 }
 
 /// Runs one op outside any plan (capture off).

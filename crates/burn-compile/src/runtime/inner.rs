@@ -388,6 +388,17 @@ impl<B: BackendIr> InnerDevice<B> {
         self.handles().register_handle(id, handle);
     }
 
+    /// Makes tensor `to` share the inner tensor of `from` (a handle clone, as `tensor.clone()`
+    /// in eager Burn: the backend sees two owners and writes in place into neither).
+    pub fn alias(&self, from: TensorId, to: TensorId) {
+        let mut handles = self.handles();
+        let shared = handles
+            .get_handle_ref(&from)
+            .expect("a merged op's original output exists when its repeat would run")
+            .clone();
+        handles.register_handle(to, shared);
+    }
+
     /// Frees tensor `id` (its last use was a dead op).
     pub fn release(&self, id: TensorId) {
         self.handles().remove_handle(id);
