@@ -157,7 +157,7 @@ pub fn row<F: Float + ScalarArgType>(
 }
 
 /// The unit's columns unrolled, their values kept in registers across phases. Where the units
-/// do not divide the row, the last columns of some units lie past it: they are evaluated at the
+/// do not divide the row, the last column of some units lies past it: it is evaluated at the
 /// row's last column (a valid address), left out of the reductions and not stored.
 #[allow(
     clippy::needless_range_loop,
@@ -179,7 +179,6 @@ fn kept<F: Float + ScalarArgType>(
     let columns = comptime![layout.columns()];
     let units = comptime![layout.units as usize];
     let per_unit = comptime![columns.div_ceil(units)];
-    let ragged = comptime![columns % units != 0];
     let lane = UNIT_POS_X as usize;
 
     // Per column of the unit: its registers so far (register `k` is the `k`-th instruction's
@@ -203,6 +202,8 @@ fn kept<F: Float + ScalarArgType>(
         #[unroll]
         for k in 0..per_unit {
             let col = lane + comptime![k * units];
+            // Only the unit's last column can lie past the row.
+            let ragged = comptime![(k + 1) * units > columns];
             let regs = slots.index_mut(k);
             extend::<F>(
                 inputs,
@@ -233,6 +234,7 @@ fn kept<F: Float + ScalarArgType>(
     #[unroll]
     for k in 0..per_unit {
         let col = lane + comptime![k * units];
+        let ragged = comptime![(k + 1) * units > columns];
         let regs = slots.index_mut(k);
         extend::<F>(
             inputs,

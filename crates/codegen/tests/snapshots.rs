@@ -39,6 +39,47 @@ fn row_layer_norm() {
     snapshot("row_layer_norm", &support::layer_norm(4096, 512));
 }
 
+/// Rows too long for one plane: 256 units, 12 columns each (the last ones past the row),
+/// reductions through shared memory on both targets.
+#[test]
+fn row_layer_norm_long_rows() {
+    snapshot("row_layer_norm_long_rows", &support::layer_norm(8, 3000));
+}
+
+/// Rows too long to keep in registers (9000 columns, 36 per unit): each phase loops over the
+/// unit's columns and re-reads them.
+#[test]
+fn row_layer_norm_streamed() {
+    snapshot("row_layer_norm_streamed", &support::layer_norm(2, 9000));
+}
+
+/// Plane reductions only where a row's units are exactly one plane of a fixed size.
+#[test]
+fn row_reductions_use_planes_only_where_a_row_is_one_plane() {
+    use burn_compile_codegen::Reduction;
+    use burn_compile_codegen::offline::{CudaFlavor, Flavor, WgslFlavor};
+    let layout = |columns: usize| support::layer_norm(64, columns).row.expect("a row kernel");
+    let cuda = CudaFlavor::device_properties();
+    assert_eq!(Reduction::for_device(&cuda, &layout(512)), Reduction::Plane);
+    assert_eq!(
+        Reduction::for_device(&cuda, &layout(3000)),
+        Reduction::Shared
+    );
+    // No plane operations (wgpu on a CPU adapter), or a plane size known only as a range.
+    let wgsl = WgslFlavor::device_properties();
+    assert_eq!(
+        Reduction::for_device(&wgsl, &layout(512)),
+        Reduction::Shared
+    );
+    let mut ranged = cuda.clone();
+    ranged.hardware.plane_size_min = 16;
+    ranged.hardware.plane_size_max = 64;
+    assert_eq!(
+        Reduction::for_device(&ranged, &layout(512)),
+        Reduction::Shared
+    );
+}
+
 #[test]
 fn row_softmax_with_row_output() {
     snapshot(
