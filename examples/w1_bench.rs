@@ -24,7 +24,10 @@
 //! Timing (as the reference programs in shared/bench): the first call is timed alone, synced
 //! (`first_call_s`: autotune, kernel compilation, first graphs — autotune results are cached
 //! per process, so the system measured second reuses what the first one tuned); then warm-up;
-//! then `iters` calls with outputs kept alive and one sync at the end (`ms`: mean per call). The compiled
+//! then `iters` calls with outputs kept alive and one sync at the end (`ms`: mean per call;
+//! `issue_ms`: the same clock read before that sync — on the compiled system with
+//! `BURN_COMPILE_ASYNC=0`, recording and replay both run on the caller, so with few iterations
+//! (launch queues far from full) it is the host cost of a call, which bounds `ms`). The compiled
 //! system's inference output is compared with eager's and the difference printed
 //! (`max_abs_diff_vs_eager`); a difference over the dtype's tolerance fails the run.
 
@@ -137,6 +140,8 @@ struct Figure {
     system: &'static str,
     ms: f64,
     first_call_s: f64,
+    /// Time to issue the timed iterations, per iteration, before the final sync.
+    issue_ms: f64,
     max_abs_diff_vs_eager: Option<f64>,
 }
 
@@ -161,6 +166,7 @@ impl Figure {
             env("BENCH_DATE"),
             env("BENCH_GPU"),
         );
+        line.push_str(&format!(",\"issue_ms\":{:.4}", self.issue_ms));
         if let Some(d) = self.max_abs_diff_vs_eager {
             line.push_str(&format!(",\"max_abs_diff_vs_eager\":{d:.3e}"));
         }
@@ -180,13 +186,14 @@ struct Setup {
     infer_only: bool,
 }
 
-/// Times `call` as described in the module docs: (first call in s, steady mean in ms).
+/// Times `call` as described in the module docs: (first call in s, steady mean in ms, issue
+/// time in ms per iteration: until the last iteration is issued, before the final sync).
 fn time<B: Backend, T>(
     device: &B::Device,
     iters: usize,
     warmup: usize,
     mut call: impl FnMut() -> T,
-) -> (f64, f64) {
+) -> (f64, f64, f64) {
     let mark = || {
         burn_compile::mark_step();
         B::sync(device).expect("sync");
@@ -208,8 +215,13 @@ fn time<B: Backend, T>(
         // A step boundary: on the compiled system each iteration is the same cached graph.
         burn_compile::mark_step();
     }
+    let issued = start.elapsed().as_secs_f64() * 1e3 / iters as f64;
     B::sync(device).expect("sync");
-    (first_s, start.elapsed().as_secs_f64() * 1e3 / iters as f64)
+    (
+        first_s,
+        start.elapsed().as_secs_f64() * 1e3 / iters as f64,
+        issued,
+    )
 }
 
 /// Inference and training figures of backend `B`; returns them and the first forward output.
@@ -230,7 +242,7 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
             report.attention_kernels,
         );
     }
-    let (first, ms) = time::<B, _>(&device, s.iters, s.warmup, || forward(&model, &x));
+    let (first, ms, issue_ms) = time::<B, _>(&device, s.iters, s.warmup, || forward(&model, &x));
     let infer = Figure {
         workload: s.workload,
         dtype: dtype.into(),
@@ -238,6 +250,7 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
         system,
         ms,
         first_call_s: first,
+        issue_ms,
         max_abs_diff_vs_eager: None,
     };
     if s.infer_only {
@@ -247,7 +260,7 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
     let xa = Tensor::<Ad<B>, 3>::from_data(s.input.clone(), &device);
     let mut model = Some(model_with::<Ad<B>>(&s.config, &s.weights, &device));
     let mut optim = AdamConfig::new().init();
-    let (first, ms) = time::<B, _>(&device, s.iters, s.warmup, || {
+    let (first, ms, issue_ms) = time::<B, _>(&device, s.iters, s.warmup, || {
         let (next, loss) =
             burn_compile_examples::train_step(model.take().expect("model"), &mut optim, &xa);
         model = Some(next);
@@ -260,6 +273,7 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
         system,
         ms,
         first_call_s: first,
+        issue_ms,
         max_abs_diff_vs_eager: None,
     };
     (vec![infer, train], output)
