@@ -22,12 +22,22 @@ fn scheme() -> QuantScheme {
         .with_store(QuantStore::Native)
 }
 
+/// Every test here checks the breaks of its graphs, and most run eager ops, which close the
+/// pending graphs of every thread on the device (an eager op may read any of them). A graph of
+/// one test closed by another test's eager op is no graph of its own `explain`: the tests of
+/// this file run one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static DEVICE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    DEVICE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn reasons(report: &burn_compile::Explanation) -> Vec<BreakReason> {
     report.break_reasons.iter().map(|b| b.reason).collect()
 }
 
 #[test]
 fn a_bf16_tensor_reads_back_as_bf16() {
+    let _serial = serial();
     let device = Default::default();
     let input = data([3, 4], 1);
     let compiled = (Tensor::<C, 2>::from_data(input.clone(), (&device, DType::BF16)) * 2.0)
@@ -44,6 +54,7 @@ fn a_bf16_tensor_reads_back_as_bf16() {
 
 #[test]
 fn an_f16_tensor_and_an_int_tensor_keep_their_dtype() {
+    let _serial = serial();
     let device = Default::default();
     let input = data([2, 5], 2);
     let compiled = Tensor::<C, 2>::from_data(input.clone(), (&device, DType::F16)).abs();
@@ -63,6 +74,7 @@ fn an_f16_tensor_and_an_int_tensor_keep_their_dtype() {
 
 #[test]
 fn quantize_dequantize_round_trip_matches_eager() {
+    let _serial = serial();
     let device = Default::default();
     let input = data([4, 8], 3);
     let (compiled, report) = explain(|| {
@@ -96,6 +108,7 @@ fn quantize_dequantize_round_trip_matches_eager() {
 
 #[test]
 fn quantized_ops_match_eager() {
+    let _serial = serial();
     let device = Default::default();
     let (a, b) = (data([4, 6], 4), data([6, 3], 5));
     let indices = TensorData::new(vec![2i64, 0, 3], [3]);
@@ -132,6 +145,7 @@ fn quantized_ops_match_eager() {
 
 #[test]
 fn quantized_data_uploads_and_reads_back() {
+    let _serial = serial();
     let device = Default::default();
     let q = Tensor::<Flex, 2>::from_data(data([3, 4], 6), &device)
         .quantize_dynamic(&scheme())
@@ -147,6 +161,7 @@ fn quantized_data_uploads_and_reads_back() {
 
 #[test]
 fn rfft_and_irfft_match_eager() {
+    let _serial = serial();
     let device = Default::default();
     let input = data([2, 8], 7);
     let (compiled, report) = explain(|| {
@@ -189,6 +204,7 @@ fn rfft_and_irfft_match_eager() {
 
 #[test]
 fn argwhere_and_nonzero_are_data_dependent_shape_breaks() {
+    let _serial = serial();
     let device = Default::default();
     let input = data([4, 5], 8);
     let (compiled, report) = explain(|| {
@@ -225,6 +241,7 @@ fn argwhere_and_nonzero_are_data_dependent_shape_breaks() {
 
 #[test]
 fn sorts_run_on_the_inner_backend() {
+    let _serial = serial();
     let device = Default::default();
     let input = data([3, 6], 9);
     let ints = TensorData::new(vec![5i64, -2, 7, 0, 3, 3], [2, 3]);
@@ -257,6 +274,7 @@ fn sorts_run_on_the_inner_backend() {
 
 #[test]
 fn int_to_int_casts_are_captured() {
+    let _serial = serial();
     // burn-router records the cast but its runner cannot execute it (`unreachable!`); our
     // dispatch runs the inner backend's `int_cast`, inside the graph.
     use burn::tensor::IntDType;
