@@ -49,7 +49,7 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
         let cubes = layout.rows().div_ceil(layout.rows_per_cube as usize);
         let x = cubes.clamp(1, 65535);
         let cube_count = CubeCount::Static(x as u32, cubes.div_ceil(x) as u32, 1);
-        let reduction = Reduction::for_device(&client.properties(), layout);
+        let reduction = Reduction::for_device(client.properties(), layout);
         unsafe {
             row::launch_unchecked::<E, R>(
                 client,

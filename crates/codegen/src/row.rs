@@ -323,7 +323,12 @@ fn clamp(col: usize, #[comptime] columns: usize, #[comptime] ragged: bool) -> us
 /// Evaluates instructions `start..stop` of the program at column `col` into `regs` (which holds
 /// the values of the instructions before `start`); reductions read their row value from
 /// `reduced`. Stores are skipped (they are not values, and come last).
-#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+// Inside `comptime!` the kernel is owned in the expansion (the borrow clippy sees as needless).
+#[allow(
+    clippy::needless_range_loop,
+    clippy::too_many_arguments,
+    clippy::needless_borrow
+)]
 #[cube]
 fn extend<F: Float + ScalarArgType>(
     inputs: &Sequence<Tensor<F>>,
@@ -364,7 +369,12 @@ fn extend<F: Float + ScalarArgType>(
 
 /// The program's stores at column `col` of `row` (outputs contiguous). A row output is written
 /// once per row, by the unit holding column 0 (`first`: this is the unit's first column).
-#[allow(clippy::needless_range_loop)]
+// The comptime test and the runtime one stay apart: CubeCL expands the first at compile time.
+#[allow(
+    clippy::needless_range_loop,
+    clippy::needless_borrow,
+    clippy::collapsible_if
+)]
 #[cube]
 fn store<F: Float + ScalarArgType>(
     outputs: &mut Sequence<Tensor<F>>,
