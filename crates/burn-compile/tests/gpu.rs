@@ -120,6 +120,105 @@ fn wgpu_pointwise_chain_is_one_kernel_and_matches_eager() {
     got.assert_approx_eq::<f32>(&eager(-1.25), tol());
 }
 
+/// An optimizer-like update of many parameters: one elementwise run that reads 40 tensors
+/// and writes 20, more buffers than a wgpu shader may bind (lavapipe: 32).
+fn many_updates<B: Backend>(params: &[Tensor<B, 2>], grads: &[Tensor<B, 2>]) -> Vec<Tensor<B, 2>> {
+    params
+        .iter()
+        .zip(grads)
+        .map(|(p, g)| p.clone() - g.clone() * 0.1)
+        .collect()
+}
+
+#[test]
+fn wgpu_a_run_wider_than_the_device_binds_is_split_and_matches_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let device = Default::default();
+    let params: Vec<TensorData> = (0..20).map(|i| data([4, 8], 100 + i)).collect();
+    let grads: Vec<TensorData> = (0..20).map(|i| data([4, 8], 200 + i)).collect();
+    fn on<B: Backend>(d: &[TensorData], device: &B::Device) -> Vec<Tensor<B, 2>> {
+        d.iter()
+            .map(|d| Tensor::from_data(d.clone(), device))
+            .collect()
+    }
+    let (pc, gc) = (on::<C>(&params, &device), on::<C>(&grads, &device));
+    let (got, report) = explain(|| {
+        let out = many_updates(&pc, &gc);
+        Tensor::cat(out, 0).into_data()
+    });
+    let eager = Tensor::cat(
+        many_updates(
+            &on::<Eager>(&params, &device),
+            &on::<Eager>(&grads, &device),
+        ),
+        0,
+    )
+    .into_data();
+    got.assert_approx_eq::<f32>(&eager, tol());
+    // Fused: the run is split into kernels that fit, not abandoned.
+    assert!(report.fused_kernels >= 2, "{report}");
+}
+
+/// `ones`, `zeros` and `full` tensors, and a sum over a dimension of size 1, as autodiff's
+/// backward passes create them: folded into the kernels (no fill is launched).
+fn constants<B: Backend>(x: Tensor<B, 2>, y: Tensor<B, 2>) -> [Tensor<B, 2>; 3] {
+    let ones = Tensor::ones_like(&x);
+    let zeros = Tensor::zeros_like(&x);
+    let full = Tensor::full(x.shape(), 2.5, &x.device());
+    // (x · 1) / 1 − 0 is x, exactly; x + 0 is not (−0 + 0 = +0) and is kept.
+    let folded = ((x.clone() * ones.clone()) / ones - zeros.clone() + full).exp();
+    let plus_zero = x + zeros;
+    let summed = y.sum_dim(1).exp();
+    [folded, plus_zero, summed]
+}
+
+#[test]
+fn gpu_constants_fold_into_kernels_and_match_eager_bit_for_bit_on_signed_zeros() {
+    if !adapter_available() {
+        return;
+    }
+    let device = Default::default();
+    let mut x = data([6, 4], 31);
+    // A negative zero: x + 0 must give +0, as eager does.
+    let mut values = x.to_vec::<f32>().unwrap();
+    values[5] = -0.0;
+    x = TensorData::new(values, [6, 4]);
+    let y = data([6, 1], 32);
+    let run = |f: &dyn Fn() -> [TensorData; 3]| f();
+    let ((got, report), want) = (
+        explain(|| {
+            let on = |d: &TensorData| Tensor::<C, 2>::from_data(d.clone(), &device);
+            constants(on(&x), on(&y)).map(|t| t.into_data())
+        }),
+        run(&|| {
+            let on = |d: &TensorData| Tensor::<Eager, 2>::from_data(d.clone(), &device);
+            constants(on(&x), on(&y)).map(|t| t.into_data())
+        }),
+    );
+    for (g, w) in got.iter().zip(&want) {
+        g.assert_approx_eq::<f32>(w, tol());
+    }
+    let bits = |d: &TensorData| -> Vec<u32> {
+        d.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    assert_eq!(
+        bits(&got[1]),
+        bits(&want[1]),
+        "x + 0 keeps eager's signed zeros"
+    );
+    // Every op but the two uploads runs inside one generated kernel: no fill, no size-1
+    // reduction of its own (the `[6, 1]` values are row values of the `[6, 4]` kernel).
+    assert_eq!(report.fused_kernels, 1, "{report}");
+    assert_eq!(report.graphs[0].fused_ops, 11, "{report}");
+    assert_eq!(report.launches_per_graph, vec![3], "{report}");
+}
+
 /// A value that outlives the graph and a row sum of an intermediate: one row kernel writes
 /// both (the sum as a row output); the rest stay in registers.
 fn two_outputs<B: Backend>(x: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 1>) {

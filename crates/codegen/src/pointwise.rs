@@ -6,7 +6,7 @@
 //! plan) gives the coordinates, each input is read through its own strides (so views need no
 //! copy), skipping the dimensions it broadcasts.
 
-use burn_compile_schedule::{BinaryOp, Instr, PointwiseKernel, UnaryOp};
+use burn_compile_schedule::{BinaryOp, Constant, Instr, PointwiseKernel, UnaryOp};
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 
@@ -52,7 +52,10 @@ pub fn pointwise<F: Float + ScalarArgType>(
                 }
                 regs.push(t[offset]);
             }
-            Instr::Scalar { .. } | Instr::Unary { .. } | Instr::Binary { .. } => {
+            Instr::Scalar { .. }
+            | Instr::Const { .. }
+            | Instr::Unary { .. }
+            | Instr::Binary { .. } => {
                 regs.push(compute::<F>(&regs, scalars, instr));
             }
             Instr::Store { output, value } => {
@@ -75,6 +78,7 @@ pub(crate) fn compute<F: Float + ScalarArgType>(
 ) -> F {
     match instr {
         Instr::Scalar { index } => *scalars.index(comptime![index as usize]),
+        Instr::Const { value } => constant::<F>(value),
         Instr::Unary { op, a } => unary::<F>(*regs.index(comptime![a as usize]), op),
         Instr::Binary { op, a, b } => binary::<F>(
             *regs.index(comptime![a as usize]),
@@ -82,6 +86,13 @@ pub(crate) fn compute<F: Float + ScalarArgType>(
             op,
         ),
         _ => panic!("not a value computed from registers: {instr:?}"),
+    }
+}
+
+#[cube]
+fn constant<F: Float>(#[comptime] value: Constant) -> F {
+    match comptime![value] {
+        Constant::One => F::new(1.0),
     }
 }
 

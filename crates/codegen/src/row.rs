@@ -356,7 +356,10 @@ fn extend<F: Float + ScalarArgType>(
                     regs.push(t[base + col * t.stride(rank - 1)]);
                 }
             }
-            Instr::Scalar { .. } | Instr::Unary { .. } | Instr::Binary { .. } => {
+            Instr::Scalar { .. }
+            | Instr::Const { .. }
+            | Instr::Unary { .. }
+            | Instr::Binary { .. } => {
                 regs.push(compute::<F>(regs, scalars, instr));
             }
             Instr::Reduce { .. } => {

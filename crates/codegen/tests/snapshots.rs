@@ -25,6 +25,16 @@ fn pointwise_chain() {
 }
 
 #[test]
+fn pointwise_constants() {
+    snapshot("pointwise_constants", &support::constants());
+}
+
+#[test]
+fn pointwise_fill_reads_no_tensor() {
+    snapshot("pointwise_fill", &support::fill());
+}
+
+#[test]
 fn pointwise_broadcast_bias_relu() {
     snapshot("pointwise_broadcast_bias_relu", &support::bias_relu());
 }

@@ -141,6 +141,7 @@ fn row_reference(k: &PointwiseKernel, inputs: &[Input], scalars: &[f32]) -> Vec<
                         .collect()
                 }
                 Instr::Scalar { index } => vec![scalars[index as usize] as f64; n],
+                Instr::Const { value } => vec![value.value(); n],
                 Instr::Unary { op, a } => regs[a as usize]
                     .iter()
                     .map(|x| eval_unary(op, *x))
@@ -204,6 +205,7 @@ fn reference(
                     regs.push(t.data[offset] as f64);
                 }
                 Instr::Scalar { index } => regs.push(scalars[index as usize] as f64),
+                Instr::Const { value } => regs.push(value.value()),
                 Instr::Unary { op, a } => regs.push(eval_unary(op, regs[a as usize])),
                 Instr::Binary { op, a, b } => {
                     regs.push(eval_binary(op, regs[a as usize], regs[b as usize]))
@@ -295,6 +297,18 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
     // exp(x) * s0 + x over [5, 7] (35 elements: a partial cube).
     let x = contiguous(&[5, 7], 1, -2.0, 2.0);
     check(&client, "chain", &support::chain(), &[5, 7], &[x], &[0.75]);
+
+    // Folded constants, and a kernel that reads no tensor.
+    let x = contiguous(&[6, 5], 21, -2.0, 2.0);
+    check(
+        &client,
+        "constants",
+        &support::constants(),
+        &[6, 5],
+        &[x],
+        &[0.0, 0.5],
+    );
+    check(&client, "fill", &support::fill(), &[3, 70], &[], &[-0.25]);
 
     // relu(x + bias[1, n]) over [300, 9]: several cubes, a broadcast input.
     let (x, bias) = (

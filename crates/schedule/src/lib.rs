@@ -12,7 +12,7 @@ mod pointwise;
 pub use attention::{AttentionGroup, attention_groups};
 pub use matmul::{Gemm, GemmOperand, MatmulGroup, MatmulKind, gemm, matmul_groups};
 pub use pointwise::{
-    BinaryOp, Instr, PointwiseGroup, PointwiseKernel, ReduceOp, RowLayout, Slot, UnaryOp,
+    BinaryOp, Constant, Instr, PointwiseGroup, PointwiseKernel, ReduceOp, RowLayout, Slot, UnaryOp,
     pointwise_groups, scalar_operand,
 };
 
@@ -133,6 +133,10 @@ pub struct ScheduleOptions<'a> {
     /// target accepts it (e.g. its dtype has a kernel there). `None`: no fusion (a target that
     /// cannot generate kernels, or fusion turned off).
     pub pointwise: Option<&'a dyn Fn(&PointwiseKernel) -> bool>,
+    /// Buffers a generated kernel may bind for its inputs and outputs (wgpu: the device's
+    /// storage buffers per shader, less what the runtime binds itself); a larger group is
+    /// split into kernels that fit. `usize::MAX`: no limit.
+    pub max_kernel_buffers: usize,
     /// Run matrix products through a library matmul with fused epilogues, each kept only when
     /// the target accepts it (its dtype). `None`: the inner backend's own matmul.
     pub matmul: Option<&'a dyn Fn(&MatmulGroup) -> bool>,
@@ -198,7 +202,7 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         }
     }
     let pointwise: Vec<PointwiseGroup> = match options.pointwise {
-        Some(accepts) => pointwise_groups(ops, &live)
+        Some(accepts) => pointwise_groups(ops, &live, options.max_kernel_buffers)
             .into_iter()
             .filter(|g| accepts(&g.kernel))
             .collect(),

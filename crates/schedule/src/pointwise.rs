@@ -28,8 +28,8 @@
 use burn_backend::{DType, Shape};
 use burn_compile_graph::Activation;
 use burn_ir::{
-    BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarOpIr, TensorIr,
-    TensorStatus, UnaryOpIr,
+    BaseOperationIr, BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarOpIr,
+    TensorIr, TensorStatus, UnaryOpIr,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
@@ -70,6 +70,32 @@ pub enum ReduceOp {
     Max,
 }
 
+/// A constant a kernel computes instead of reading (Burn's `ones`, and `zeros`).
+///
+/// In the generated code only one is a literal: a shader compiler may fold `x + 0.0` to `x`
+/// (Vulkan does not promise signed zeros for literals; −0 + 0 is +0), so a zero reaches the
+/// kernel as a runtime scalar argument of value 0, which no compiler can fold. Every identity
+/// a compiler may apply to a literal one (x·1, x/1) is exact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Constant {
+    One,
+}
+
+impl Constant {
+    pub fn value(self) -> f64 {
+        match self {
+            Constant::One => 1.0,
+        }
+    }
+}
+
+/// A known value of a register, for the exact simplifications of [`simplified`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Known {
+    Zero,
+    One,
+}
+
 /// One instruction of a kernel program. Each value-producing instruction defines the next
 /// register (SSA: register `k` is the `k`-th value produced).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -81,6 +107,10 @@ pub enum Instr {
     /// Runtime scalar argument `index`.
     Scalar {
         index: u16,
+    },
+    /// A constant (folded from a `ones` or `zeros` tensor, which is then never filled).
+    Const {
+        value: Constant,
     },
     Unary {
         op: UnaryOp,
@@ -269,6 +299,13 @@ enum Compute<'a> {
     Reduce(ReduceOp, &'a TensorIr),
     /// Softmax over the last dimension (captured whole; expanded into row instructions).
     Softmax(&'a TensorIr),
+    /// A tensor of ones: a literal, no input, no fill kernel.
+    One,
+    /// A tensor filled with a runtime scalar (`full`; `zeros`, whose scalar is 0): no input,
+    /// no fill kernel.
+    Fill,
+    /// The input itself: a reduction over a dimension of size 1.
+    Identity(&'a TensorIr),
 }
 
 struct Fusible<'a> {
@@ -292,8 +329,15 @@ fn binary(op: BinaryOp, d: &BinaryOpIr) -> Option<Fusible<'_>> {
 
 fn reduce(op: ReduceOp, d: &burn_ir::ReduceDimOpIr) -> Option<Fusible<'_>> {
     let rank = d.input.shape.num_dims();
-    // Over the last dimension only, and a real one (a reduction of size 1 is a copy).
-    (rank >= 1 && d.axis == rank - 1 && d.input.shape[rank - 1] > 1).then_some(Fusible {
+    if rank >= 1 && d.input.shape[d.axis] == 1 {
+        // A sum, mean or max over one element is that element (exactly): no reduction.
+        return Some(Fusible {
+            compute: Compute::Identity(&d.input),
+            out: &d.out,
+        });
+    }
+    // Over the last dimension only.
+    (rank >= 1 && d.axis == rank - 1).then_some(Fusible {
         compute: Compute::Reduce(op, &d.input),
         out: &d.out,
     })
@@ -322,6 +366,14 @@ fn fusible(op: &OperationIr) -> Option<Fusible<'_>> {
             FloatOperationIr::PowfScalar(d) => scalar(BinaryOp::Powf, d),
             _ => None,
         },
+        OperationIr::BaseFloat(BaseOperationIr::Ones(d)) => Some(Fusible {
+            compute: Compute::One,
+            out: &d.out,
+        }),
+        OperationIr::BaseFloat(BaseOperationIr::Zeros(d)) => Some(Fusible {
+            compute: Compute::Fill,
+            out: &d.out,
+        }),
         OperationIr::NumericFloat(_, n) => match n {
             NumericOperationIr::Add(d) => binary(BinaryOp::Add, d),
             NumericOperationIr::Sub(d) => binary(BinaryOp::Sub, d),
@@ -335,6 +387,10 @@ fn fusible(op: &OperationIr) -> Option<Fusible<'_>> {
             NumericOperationIr::SumDim(d) => reduce(ReduceOp::Sum, d),
             NumericOperationIr::MeanDim(d) => reduce(ReduceOp::Mean, d),
             NumericOperationIr::MaxDim(d) => reduce(ReduceOp::Max, d),
+            NumericOperationIr::Full(d) => Some(Fusible {
+                compute: Compute::Fill,
+                out: &d.out,
+            }),
             _ => None,
         },
         OperationIr::Custom(custom) => {
@@ -366,8 +422,10 @@ fn fusible(op: &OperationIr) -> Option<Fusible<'_>> {
         Compute::Unary(_, a)
         | Compute::Scalar(_, a)
         | Compute::Reduce(_, a)
-        | Compute::Softmax(a) => a.dtype == f.out.dtype,
+        | Compute::Softmax(a)
+        | Compute::Identity(a) => a.dtype == f.out.dtype,
         Compute::Binary(_, a, b) => a.dtype == f.out.dtype && b.dtype == f.out.dtype,
+        Compute::One | Compute::Fill => true,
     };
     (float && same_dtype).then_some(f)
 }
@@ -384,6 +442,10 @@ pub fn scalar_operand(op: &OperationIr) -> Option<f64> {
             | NumericOperationIr::MulScalar(d)
             | NumericOperationIr::DivScalar(d),
         ) => d,
+        OperationIr::NumericFloat(_, NumericOperationIr::Full(d)) => {
+            return Some(d.value.elem::<f64>());
+        }
+        OperationIr::BaseFloat(BaseOperationIr::Zeros(_)) => return Some(0.0),
         _ => return None,
     };
     Some(d.rhs.elem::<f64>())
@@ -409,16 +471,16 @@ fn tensors<'a>(c: &Compute<'a>) -> Vec<&'a TensorIr> {
         Compute::Unary(_, a)
         | Compute::Scalar(_, a)
         | Compute::Reduce(_, a)
-        | Compute::Softmax(a) => vec![a],
+        | Compute::Softmax(a)
+        | Compute::Identity(a) => vec![a],
         Compute::Binary(_, a, b) => vec![a, b],
+        Compute::One | Compute::Fill => Vec::new(),
     }
 }
 
-/// Finds the pointwise groups of a graph. `live[i]` false marks operations that will not run
-/// (dead code); they end runs.
-pub fn pointwise_groups(ops: &[OperationIr], live: &[bool]) -> Vec<PointwiseGroup> {
-    // Last read of each tensor by an operation other than a drop, and the tensors whose life
-    // ends inside the graph (dropped, or consumed in place).
+/// Last read of each tensor by an operation other than a drop, and the tensors whose life ends
+/// inside the graph (dropped, or consumed in place).
+fn lifetimes(ops: &[OperationIr]) -> (FxHashMap<u64, u32>, FxHashSet<u64>) {
     let mut last_read: FxHashMap<u64, u32> = FxHashMap::default();
     let mut ended: FxHashSet<u64> = FxHashSet::default();
     for (i, op) in ops.iter().enumerate() {
@@ -433,7 +495,20 @@ pub fn pointwise_groups(ops: &[OperationIr], live: &[bool]) -> Vec<PointwiseGrou
             }
         }
     }
+    (last_read, ended)
+}
 
+/// Finds the pointwise groups of a graph. `live[i]` false marks operations that will not run
+/// (dead code); they end runs. A kernel binds one buffer per input and output: a group that
+/// would need more than `max_buffers` is split into consecutive parts that each fit (wgpu
+/// devices bind a few dozen storage buffers per shader; an optimizer step over many parameters
+/// is one run of a hundred elementwise ops).
+pub fn pointwise_groups(
+    ops: &[OperationIr],
+    live: &[bool],
+    max_buffers: usize,
+) -> Vec<PointwiseGroup> {
+    let (last_read, ended) = lifetimes(ops);
     let mut groups = Vec::new();
     let mut run = Run::default();
     for (i, op) in ops.iter().enumerate() {
@@ -472,7 +547,78 @@ pub fn pointwise_groups(ops: &[OperationIr], live: &[bool]) -> Vec<PointwiseGrou
         }
     }
     run.close(ops, &last_read, &ended, &mut groups);
-    groups
+    let mut fitting = Vec::with_capacity(groups.len());
+    for group in groups {
+        fit(ops, group, max_buffers, &last_read, &ended, &mut fitting);
+    }
+    fitting
+}
+
+/// Buffers a group's kernel binds for its tensors.
+fn buffers(group: &PointwiseGroup) -> usize {
+    group.inputs.len() + group.outputs.len()
+}
+
+/// Pushes `group` when its kernel binds at most `max_buffers` buffers, or else its two halves
+/// (by operations, each rebuilt as a group: what one half produces and the other reads becomes
+/// an output of the first and an input of the second), each fitted in turn. A part of one
+/// operation is left to the inner backend, as in an unsplit run.
+fn fit(
+    ops: &[OperationIr],
+    group: PointwiseGroup,
+    max_buffers: usize,
+    last_read: &FxHashMap<u64, u32>,
+    ended: &FxHashSet<u64>,
+    out: &mut Vec<PointwiseGroup>,
+) {
+    if buffers(&group) <= max_buffers {
+        out.push(group);
+        return;
+    }
+    let mid = group.ops.len() / 2;
+    // Drops and hoisted views go with the part whose range of positions holds them: the
+    // first part's reaches up to the second's first operation (a drop there follows the
+    // first kernel; a view hoisted there reads nothing either part produces).
+    let split_at = group.ops[mid];
+    let ranges = [(0, split_at), (split_at, u32::MAX)];
+    for (part, (lo, hi)) in [&group.ops[..mid], &group.ops[mid..]]
+        .into_iter()
+        .zip(ranges)
+    {
+        let softmax = part.len() == 1
+            && fusible(&ops[part[0] as usize])
+                .is_some_and(|f| matches!(f.compute, Compute::Softmax(_)));
+        if part.len() < 2 && !softmax {
+            continue;
+        }
+        let within = |p: &&u32| (lo..hi).contains(*p);
+        let drops: Vec<u32> = group.drops.iter().filter(within).copied().collect();
+        let hoisted: Vec<u32> = group.hoisted.iter().filter(within).copied().collect();
+        // A part of row values only (`[R…, 1]`, no reduction) is a plain kernel over them.
+        let row_space = row_shape(&group.shape);
+        let kinds: Vec<Fusible<'_>> = part
+            .iter()
+            .map(|&i| fusible(&ops[i as usize]).expect("fusible"))
+            .collect();
+        let reduces = kinds
+            .iter()
+            .any(|f| matches!(f.compute, Compute::Reduce(..) | Compute::Softmax(_)));
+        let row_valued = kinds.iter().any(|f| f.out.shape == row_space);
+        let (shape, row) = if !reduces
+            && row_space != group.shape
+            && kinds.iter().all(|f| f.out.shape == row_space)
+        {
+            (row_space, false)
+        } else {
+            (
+                group.shape.clone(),
+                reduces || (row_valued && row_space != group.shape),
+            )
+        };
+        let mut half = build(ops, part, &drops, last_read, ended, &shape, row);
+        half.hoisted = hoisted;
+        fit(ops, half, max_buffers, last_read, ended, out);
+    }
 }
 
 /// The iteration space an operation opens a run with: its output's shape, or its input's for
@@ -572,6 +718,21 @@ fn binary_instr(op: BinaryOp, a: u16, b: u16) -> Instr {
     Instr::Binary { op, a, b }
 }
 
+/// The register that already holds `a op b`, by identities exact in IEEE arithmetic (signed
+/// zeros and NaNs included): x·1 = 1·x = x, x/1 = x, x−0 = x. Not x+0 (−0 + 0 is +0) nor x·0
+/// (∞·0 is NaN). A register is read at every position of the iteration space, whatever its
+/// broadcast, so the value at each position is the same.
+fn simplified(constants: &FxHashMap<u16, Known>, op: BinaryOp, a: u16, b: u16) -> Option<u16> {
+    let is = |reg: u16, c: Known| constants.get(&reg) == Some(&c);
+    match op {
+        BinaryOp::Mul if is(b, Known::One) => Some(a),
+        BinaryOp::Mul if is(a, Known::One) => Some(b),
+        BinaryOp::Div if is(b, Known::One) => Some(a),
+        BinaryOp::Sub if is(b, Known::Zero) => Some(a),
+        _ => None,
+    }
+}
+
 /// Builds the kernel of one run.
 fn build(
     ops: &[OperationIr],
@@ -596,6 +757,8 @@ fn build(
     let mut broadcast = Vec::new();
     let mut scalars = Vec::new();
     let mut outputs = Vec::new();
+    // The registers holding constants (for the exact simplifications below).
+    let mut constants: FxHashMap<u16, Known> = FxHashMap::default();
     // Each value the run produces: tensor id, where it is written, register, a row value.
     let mut produced: Vec<(u64, Slot, u16, bool)> = Vec::new();
     let row_of_space = row_shape(&shape);
@@ -643,14 +806,36 @@ fn build(
             Compute::Binary(b, l, r) => {
                 let l = operand(&mut program, l, 0);
                 let r = operand(&mut program, r, 1);
-                value(&mut program, Instr::Binary { op: b, a: l, b: r })
+                simplified(&constants, b, l, r)
+                    .unwrap_or_else(|| value(&mut program, Instr::Binary { op: b, a: l, b: r }))
             }
+            Compute::One => {
+                let r = value(
+                    &mut program,
+                    Instr::Const {
+                        value: Constant::One,
+                    },
+                );
+                constants.insert(r, Known::One);
+                r
+            }
+            Compute::Fill => {
+                let index = scalars.len() as u16;
+                scalars.push(i);
+                let r = value(&mut program, Instr::Scalar { index });
+                if matches!(op, OperationIr::BaseFloat(BaseOperationIr::Zeros(_))) {
+                    constants.insert(r, Known::Zero);
+                }
+                r
+            }
+            Compute::Identity(a) => operand(&mut program, a, 0),
             Compute::Scalar(b, l) => {
                 let l = operand(&mut program, l, 0);
                 let index = scalars.len() as u16;
                 scalars.push(i);
                 let s = value(&mut program, Instr::Scalar { index });
-                value(&mut program, Instr::Binary { op: b, a: l, b: s })
+                simplified(&constants, b, l, s)
+                    .unwrap_or_else(|| value(&mut program, Instr::Binary { op: b, a: l, b: s }))
             }
             Compute::Reduce(op, a) => {
                 let a = operand(&mut program, a, 0);

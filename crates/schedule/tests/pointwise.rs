@@ -4,7 +4,7 @@ use TensorStatus::*;
 use burn_backend::DType;
 use burn_compile_graph::Activation;
 use burn_compile_schedule::{
-    BinaryOp, Instr, PointwiseGroup, RowLayout, Slot, UnaryOp, pointwise_groups,
+    BinaryOp, Constant, Instr, PointwiseGroup, RowLayout, Slot, UnaryOp, pointwise_groups,
 };
 use burn_ir::{
     BinaryOpIr, CustomOpIr, FloatOperationIr, MatmulOpIr, NumericOperationIr, OperationIr,
@@ -72,7 +72,7 @@ fn drop_op(id: u64, shape: &[usize]) -> OperationIr {
 }
 
 fn groups(ops: &[OperationIr]) -> Vec<PointwiseGroup> {
-    pointwise_groups(ops, &vec![true; ops.len()])
+    pointwise_groups(ops, &vec![true; ops.len()], usize::MAX)
 }
 
 /// 3 = x(1) @ w(2); 5 = 3! + bias(4)[1, 8]; (drop 4;) 6 = relu(5!); 7 = 6 @ w2(2)
@@ -221,7 +221,7 @@ fn single_ops_int_ops_and_dead_ops_are_not_fused() {
         exp(t(1, s, ReadOnly), 3),
         exp(t(1, s, ReadOnly), 4),
     ];
-    assert!(pointwise_groups(&ops, &[true, false, true]).is_empty());
+    assert!(pointwise_groups(&ops, &[true, false, true], usize::MAX).is_empty());
 }
 
 #[test]
@@ -260,6 +260,7 @@ fn plan_of(
         dead_code_elimination: true,
         common_subexpressions: true,
         pointwise,
+        max_kernel_buffers: usize::MAX,
         matmul: None,
         attention: None,
     };
@@ -604,6 +605,7 @@ fn a_repeated_op_run_alone_shares_the_first_result() {
         dead_code_elimination: true,
         common_subexpressions: false,
         pointwise: None,
+        max_kernel_buffers: usize::MAX,
         matmul: None,
         attention: None,
     };
@@ -623,4 +625,277 @@ fn a_repeat_inside_a_fused_kernel_is_left_to_the_kernel() {
     let plan = plan_of(&ops, Some(&|_| true));
     assert_eq!(plan.steps, vec![Step::Pointwise { group: 0 }], "{plan:#?}");
     assert_eq!(plan.merged(), 0);
+}
+
+fn plan_within(ops: &[OperationIr], max_kernel_buffers: usize) -> burn_compile_schedule::Plan {
+    let accepts: &dyn Fn(&PointwiseKernel) -> bool = &|_| true;
+    schedule(
+        ops,
+        ScheduleOptions {
+            dead_code_elimination: true,
+            common_subexpressions: true,
+            pointwise: Some(accepts),
+            max_kernel_buffers,
+            matmul: None,
+            attention: None,
+        },
+    )
+}
+
+/// Every kernel input is there when its kernel runs: a tensor no operation of the graph
+/// produces, or the output of an operation run on its own, or of an earlier kernel; and every
+/// kernel binds at most `max` buffers.
+fn assert_kernels_fit_and_connect(
+    ops: &[OperationIr],
+    plan: &burn_compile_schedule::Plan,
+    max: usize,
+) {
+    let produced: std::collections::HashSet<u64> = ops
+        .iter()
+        .flat_map(|op| op.outputs().map(|t| t.id.value()).collect::<Vec<_>>())
+        .collect();
+    let grouped: std::collections::HashSet<u32> =
+        plan.pointwise.iter().flat_map(|g| g.ops.clone()).collect();
+    let mut available: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    for step in &plan.steps {
+        match step {
+            Step::Eager { op } | Step::Activation { op, .. } => {
+                assert!(!grouped.contains(op), "op {op} runs alone and in a kernel");
+                available.extend(ops[*op as usize].outputs().map(|t| t.id.value()));
+            }
+            Step::Pointwise { group } => {
+                let g = &plan.pointwise[*group as usize];
+                assert!(g.inputs.len() + g.outputs.len() <= max, "{g:#?}");
+                for slot in &g.inputs {
+                    let t = ops[slot.op as usize]
+                        .inputs()
+                        .nth(slot.pos as usize)
+                        .expect("input slot");
+                    let id = t.id.value();
+                    assert!(
+                        !produced.contains(&id) || available.contains(&id),
+                        "kernel {group} reads %{id} before it is written: {plan:#?}"
+                    );
+                }
+                for slot in &g.outputs {
+                    let t = ops[slot.op as usize]
+                        .outputs()
+                        .nth(slot.pos as usize)
+                        .expect("output");
+                    available.insert(t.id.value());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// 12 tensors summed in a chain: `%200 = %100 + %101`, `%(200+k) = %(199+k)! + %(101+k)`.
+fn sum_chain(n: u64) -> Vec<OperationIr> {
+    let s = &[4, 8][..];
+    (0..n - 1)
+        .map(|k| {
+            let acc = if k == 0 {
+                t(100, s, ReadOnly)
+            } else {
+                t(199 + k, s, ReadWrite)
+            };
+            add(acc, t(101 + k, s, ReadOnly), s, 200 + k)
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_wider_than_the_device_binds_is_split_into_kernels_that_fit() {
+    let ops = sum_chain(12);
+    // Unlimited: one kernel of 12 inputs and 1 output.
+    let whole = plan_within(&ops, usize::MAX);
+    assert_eq!(whole.pointwise.len(), 1);
+    assert_eq!(buffers(&whole.pointwise[0]), 13);
+    // At most 5 buffers: consecutive parts, each passing its partial sum to the next.
+    let plan = plan_within(&ops, 5);
+    assert_kernels_fit_and_connect(&ops, &plan, 5);
+    assert!(plan.pointwise.len() >= 3, "{plan:#?}");
+    let fused: usize = plan.pointwise.iter().map(|g| g.ops.len()).sum();
+    let alone = plan
+        .steps
+        .iter()
+        .filter(|s| matches!(s, Step::Eager { .. }))
+        .count();
+    assert_eq!(fused + alone, ops.len(), "every op runs once");
+    // The last sum is written by the last kernel (or the op run alone).
+    let last = plan.pointwise.last().expect("kernels");
+    assert!(
+        last.outputs.iter().any(|s| s.op == 10) || !last.ops.contains(&10),
+        "{plan:#?}"
+    );
+    // Exactly at the limit: not split.
+    assert_eq!(plan_within(&ops, 13).pointwise.len(), 1);
+}
+
+fn buffers(g: &PointwiseGroup) -> usize {
+    g.inputs.len() + g.outputs.len()
+}
+
+#[test]
+fn a_split_layer_norm_keeps_its_reductions_whole_and_its_row_values_in_a_row_shaped_kernel() {
+    let ops = residual_layer_norm();
+    // 4 inputs (x, residual, γ, β) and 1 output: 5 buffers. At most 4:
+    let plan = plan_within(&ops, 4);
+    assert_kernels_fit_and_connect(&ops, &plan, 4);
+    let kernels: Vec<(Vec<u32>, Vec<usize>, bool)> = plan
+        .pointwise
+        .iter()
+        .map(|g| (g.ops.clone(), g.shape.to_vec(), g.kernel.row.is_some()))
+        .collect();
+    assert_eq!(
+        kernels,
+        vec![
+            // add, mean, sub, square, mean: both reductions in one row kernel, which writes
+            // the centred x and the variance.
+            (vec![0, 1, 2, 3, 4], vec![4, 16, 64], true),
+            // + ε, sqrt: row values only, a plain kernel over the rows.
+            (vec![5, 6], vec![4, 16, 1], false),
+            // × γ, + β (the division, alone, runs on the inner backend).
+            (vec![9, 11], vec![4, 16, 64], false),
+        ],
+        "{plan:#?}"
+    );
+    assert_eq!(plan.pointwise[0].outputs.len(), 2);
+    // β's reshape still runs just before the kernel that reads it; γ's on its own.
+    assert_eq!(plan.pointwise[2].hoisted, vec![10]);
+    assert!(plan.steps.contains(&Step::Eager { op: 8 }));
+    assert!(plan.steps.contains(&Step::Eager { op: 7 }));
+}
+
+fn ones(shape: &[usize], id: u64) -> OperationIr {
+    OperationIr::BaseFloat(burn_ir::BaseOperationIr::Ones(burn_ir::CreationOpIr {
+        out: out(id, shape),
+    }))
+}
+
+fn zeros(shape: &[usize], id: u64) -> OperationIr {
+    OperationIr::BaseFloat(burn_ir::BaseOperationIr::Zeros(burn_ir::CreationOpIr {
+        out: out(id, shape),
+    }))
+}
+
+fn full(shape: &[usize], value: f64, id: u64) -> OperationIr {
+    OperationIr::NumericFloat(
+        DType::F32,
+        NumericOperationIr::Full(burn_ir::FullOpIr {
+            out: out(id, shape),
+            value: ScalarIr::Float(value),
+        }),
+    )
+}
+
+fn binaries(g: &PointwiseGroup) -> Vec<BinaryOp> {
+    g.kernel
+        .program
+        .iter()
+        .filter_map(|i| match i {
+            Instr::Binary { op, .. } => Some(*op),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Autodiff's mean backward: `ones · (1/n)` times the incoming gradient.
+#[test]
+fn a_ones_tensor_is_a_constant_of_the_kernel_and_never_filled() {
+    let s = &[4, 8][..];
+    let ops = vec![
+        ones(s, 1),
+        mul_scalar(t(1, s, ReadWrite), 0.125, 2),
+        mul(t(0, s, ReadOnly), t(2, s, ReadWrite), s, 3),
+    ];
+    let g = groups(&ops);
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].ops, vec![0, 1, 2]);
+    // Only the gradient is read; the ones are a constant, the 1/n the op's runtime scalar.
+    assert_eq!(g[0].inputs, vec![Slot { op: 2, pos: 0 }]);
+    assert_eq!(g[0].scalars, vec![1]);
+    assert!(g[0].kernel.program.contains(&Instr::Const {
+        value: Constant::One
+    }));
+    // 1 · s is s: one multiplication is left, the gradient's by s.
+    assert_eq!(binaries(&g[0]), vec![BinaryOp::Mul]);
+}
+
+#[test]
+fn multiplying_or_dividing_by_one_and_subtracting_zero_are_folded_adding_zero_is_not() {
+    let s = &[4, 8][..];
+    let ops = vec![
+        ones(s, 1),
+        zeros(s, 2),
+        mul(t(0, s, ReadOnly), t(1, s, ReadOnly), s, 3),
+        numeric(
+            NumericOperationIr::Div,
+            t(3, s, ReadWrite),
+            t(1, s, ReadWrite),
+            s,
+            4,
+        ),
+        numeric(
+            NumericOperationIr::Sub,
+            t(4, s, ReadWrite),
+            t(2, s, ReadOnly),
+            s,
+            5,
+        ),
+        // −0 + 0 is +0: kept.
+        add(t(5, s, ReadWrite), t(2, s, ReadWrite), s, 6),
+    ];
+    let g = groups(&ops);
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].inputs.len(), 1, "only x is read");
+    assert_eq!(binaries(&g[0]), vec![BinaryOp::Add]);
+    // Multiplying by zero is not folded either (∞ · 0 is NaN).
+    let ops = vec![
+        zeros(s, 1),
+        mul(t(0, s, ReadOnly), t(1, s, ReadWrite), s, 2),
+    ];
+    assert_eq!(binaries(&groups(&ops)[0]), vec![BinaryOp::Mul]);
+}
+
+#[test]
+fn a_full_tensor_is_the_kernels_runtime_scalar() {
+    let s = &[4, 8][..];
+    let ops = vec![
+        full(s, 2.5, 1),
+        add(t(0, s, ReadOnly), t(1, s, ReadWrite), s, 2),
+    ];
+    let g = groups(&ops);
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].inputs.len(), 1);
+    assert_eq!(g[0].scalars, vec![0]);
+    // The value is read from the recorded op at replay, as every scalar is.
+    assert_eq!(burn_compile_schedule::scalar_operand(&ops[0]), Some(2.5));
+}
+
+#[test]
+fn a_reduction_over_a_dimension_of_size_one_is_its_input() {
+    // Layer norm's backward sums `[R, 1]` row values over their last dimension.
+    let r = &[4, 1][..];
+    let ops = vec![
+        mean_dim(t(0, r, ReadOnly), 1),
+        float_unary(FloatOperationIr::Exp, t(1, r, ReadWrite), 2),
+    ];
+    let g = groups(&ops);
+    assert_eq!(g.len(), 1);
+    assert!(
+        g[0].kernel.row.is_none(),
+        "no reduction left: a plain kernel"
+    );
+    assert!(
+        !g[0]
+            .kernel
+            .program
+            .iter()
+            .any(|i| matches!(i, Instr::Reduce { .. })),
+        "{:?}",
+        g[0].kernel.program
+    );
+    assert_eq!(g[0].inputs.len(), 1);
 }

@@ -425,6 +425,7 @@ impl<B: BackendIr> Shared<B> {
             diagnostics_on,
             Accepts {
                 pointwise: accepts.as_ref().map(|f| f as _),
+                max_kernel_buffers: kernels.map_or(usize::MAX, |k| k.max_kernel_buffers()),
                 matmul: accepts_matmul.as_ref().map(|f| f as _),
                 attention: accepts_attention.as_ref().map(|f| f as _),
             },

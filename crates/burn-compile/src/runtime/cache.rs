@@ -45,6 +45,8 @@ impl From<&CompileConfig> for PlanConfig {
 pub(crate) struct Accepts<'a> {
     /// Generated pointwise and row kernels.
     pub pointwise: Option<&'a dyn Fn(&PointwiseKernel) -> bool>,
+    /// Buffers a generated kernel may bind for its tensors (`usize::MAX`: no limit).
+    pub max_kernel_buffers: usize,
     /// Library matmuls.
     pub matmul: Option<&'a dyn Fn(&MatmulGroup) -> bool>,
     /// Attention steps (not those the attention autotune found slower than their parts).
@@ -88,6 +90,7 @@ impl PlanCache {
                     dead_code_elimination: config.dead_code_elimination,
                     common_subexpressions: config.common_subexpressions,
                     pointwise: accepts.pointwise.filter(|_| config.fusion),
+                    max_kernel_buffers: accepts.max_kernel_buffers,
                     matmul: accepts.matmul.filter(|_| config.library_matmul),
                     attention: attention.as_ref().map(|f| f as _),
                 };

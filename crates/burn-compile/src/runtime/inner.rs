@@ -53,10 +53,11 @@ enum Tuning {
 
 impl<B: BackendIr> InnerDevice<B> {
     pub fn new(device: B::Device) -> Self {
+        let kernels = target_for::<B::FloatTensorPrimitive>(&device);
         Self {
             device,
             handles: Mutex::new(HandleContainer::new()),
-            kernels: target_for::<B::FloatTensorPrimitive>(),
+            kernels,
             failed: Mutex::new(FxHashSet::default()),
             strict: AtomicBool::new(false),
             inject_failure: AtomicBool::new(false),

@@ -10,12 +10,17 @@
 use burn_backend::DType;
 use burn_compile_schedule::{AttentionGroup, MatmulGroup, PointwiseKernel};
 use burn_std::Shape;
+use std::any::Any;
 use std::sync::Arc;
 
 /// Launches generated kernels on tensors of type `T` (the inner backend's float tensors).
 pub(crate) trait KernelTarget<T>: Send + Sync {
     /// Whether this target has a kernel for `kernel` (its dtype, mainly).
     fn accepts(&self, kernel: &PointwiseKernel) -> bool;
+
+    /// Buffers a generated kernel may bind for its inputs and outputs on this device (the
+    /// schedule splits wider groups).
+    fn max_kernel_buffers(&self) -> usize;
 
     /// Runs `kernel` over `shape`: `inputs` in kernel order, `scalars` in kernel order. Returns
     /// the outputs, newly allocated, contiguous (of `shape`, or of its row shape for a row
@@ -64,14 +69,16 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
     }
 }
 
-/// The kernel target of an inner backend whose float tensors are `T`, if it has one.
-pub(crate) fn target_for<T: 'static>() -> Option<Arc<dyn KernelTarget<T>>> {
+/// The kernel target of an inner backend whose float tensors are `T` on `device`, if it has
+/// one.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(unused_variables))]
+pub(crate) fn target_for<T: 'static>(device: &dyn Any) -> Option<Arc<dyn KernelTarget<T>>> {
     #[cfg(feature = "wgpu")]
-    if let Some(t) = cube::target::<T, burn_wgpu::WgpuRuntime>(&[DType::F32]) {
+    if let Some(t) = cube::target::<T, burn_wgpu::WgpuRuntime>(&[DType::F32], device) {
         return Some(t);
     }
     #[cfg(feature = "cuda")]
-    if let Some(t) = cuda::target::<T>() {
+    if let Some(t) = cuda::target::<T>(device) {
         return Some(t);
     }
     None
@@ -117,12 +124,15 @@ mod cuda {
         .as_ref()
     }
 
-    pub fn target<T: 'static>() -> Option<Arc<dyn KernelTarget<T>>> {
+    pub fn target<T: 'static>(device: &dyn Any) -> Option<Arc<dyn KernelTarget<T>>> {
         if TypeId::of::<T>() != TypeId::of::<Tensor>() {
             return None;
         }
         let target: Arc<dyn KernelTarget<Tensor>> = Arc::new(CudaTarget {
-            kernels: CubeTarget::new(&[DType::F32, DType::F16, DType::BF16, DType::F64]),
+            kernels: CubeTarget::new(
+                &[DType::F32, DType::F16, DType::BF16, DType::F64],
+                device.downcast_ref()?,
+            ),
             blas: blas(),
         });
         // `T` is `CubeTensor<CudaRuntime>`: the downcast is the identity.
@@ -133,6 +143,10 @@ mod cuda {
     impl KernelTarget<Tensor> for CudaTarget {
         fn accepts(&self, kernel: &PointwiseKernel) -> bool {
             self.kernels.accepts(kernel)
+        }
+
+        fn max_kernel_buffers(&self) -> usize {
+            self.kernels.max_kernel_buffers()
         }
 
         fn pointwise(
@@ -186,6 +200,7 @@ mod cube {
     use burn_compile_schedule::{AttentionGroup, PointwiseKernel};
     use burn_cubecl::CubeRuntime;
     use burn_cubecl::cubecl::ScalarArgType;
+    use burn_cubecl::cubecl::client::ComputeClient;
     use burn_cubecl::cubecl::prelude::{Float, TensorArg};
     use burn_cubecl::kernel::attention::{AttentionStrategy, attention};
     use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -194,28 +209,37 @@ mod cube {
     use cubek_attention::routines::blackbox_accelerated::BlackboxAcceleratedStrategy;
     use rustc_hash::FxHashMap;
     use std::any::{Any, TypeId};
-    use std::marker::PhantomData;
     use std::sync::{Arc, Mutex};
 
     /// An attention problem: `AttentionGroup::dims` and the dtype.
     type AttentionProblem = ([usize; 6], DType);
 
-    pub(super) struct CubeTarget<R> {
+    pub(super) struct CubeTarget<R: CubeRuntime> {
         /// Element types with kernels on this runtime (WGSL: f32 only).
         dtypes: &'static [DType],
         /// Per attention problem, the flash strategy that sets up on this device (an index in
         /// [`flash_strategies`]), or `None` when none does (the parts run). Found at the first
         /// call, so later replays neither retry nor re-validate.
         attention: Mutex<FxHashMap<AttentionProblem, Option<usize>>>,
-        runtime: PhantomData<fn() -> R>,
+        /// Buffers a kernel may bind for its tensors: the device's bindings less the one the
+        /// runtime adds for scalars and metadata.
+        max_buffers: usize,
+        /// The device's client: a kernel of constants (a `full` folded with what follows)
+        /// reads no tensor to take one from.
+        client: ComputeClient<R>,
+        device: R::Device,
     }
 
-    impl<R> CubeTarget<R> {
-        pub(super) fn new(dtypes: &'static [DType]) -> Self {
+    impl<R: CubeRuntime> CubeTarget<R> {
+        pub(super) fn new(dtypes: &'static [DType], device: &R::Device) -> Self {
+            let client = R::client(device);
+            let bindings = client.properties().hardware.max_bindings as usize;
             Self {
                 dtypes,
                 attention: Mutex::new(FxHashMap::default()),
-                runtime: PhantomData,
+                max_buffers: bindings.saturating_sub(1).max(2),
+                client,
+                device: device.clone(),
             }
         }
     }
@@ -261,17 +285,20 @@ mod cube {
     #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
     pub fn target<T: 'static, R: CubeRuntime>(
         dtypes: &'static [DType],
+        device: &dyn Any,
     ) -> Option<Arc<dyn KernelTarget<T>>> {
         if TypeId::of::<T>() != TypeId::of::<CubeTensor<R>>() {
             return None;
         }
-        let target: Arc<dyn KernelTarget<CubeTensor<R>>> = Arc::new(CubeTarget::<R>::new(dtypes));
+        let target: Arc<dyn KernelTarget<CubeTensor<R>>> =
+            Arc::new(CubeTarget::<R>::new(dtypes, device.downcast_ref()?));
         // `T` is `CubeTensor<R>`: the downcast is the identity.
         let any: Box<dyn Any> = Box::new(target);
         any.downcast::<Arc<dyn KernelTarget<T>>>().ok().map(|t| *t)
     }
 
     fn launch<R: CubeRuntime, E: Float + ScalarArgType + ElementConversion>(
+        client: &ComputeClient<R>,
         kernel: &PointwiseKernel,
         inputs: &[CubeTensor<R>],
         scalars: &[f64],
@@ -282,7 +309,6 @@ mod cube {
             ts.iter().map(|t| t.clone().into_tensor_arg()).collect()
         };
         let scalars = scalars.iter().map(|s| E::from_elem(*s)).collect();
-        let client = &inputs[0].client;
         // SAFETY: the schedule built the kernel from these tensors' shapes (each input broadcasts
         // to `shape`, the outputs have it and are contiguous) and dtype (dispatched below).
         unsafe {
@@ -295,6 +321,10 @@ mod cube {
             self.dtypes.contains(&kernel.dtype)
         }
 
+        fn max_kernel_buffers(&self) -> usize {
+            self.max_buffers
+        }
+
         fn pointwise(
             &self,
             kernel: &PointwiseKernel,
@@ -302,8 +332,6 @@ mod cube {
             inputs: &[CubeTensor<R>],
             scalars: &[f64],
         ) -> Result<Vec<CubeTensor<R>>, String> {
-            // Every group reads at least one tensor (its first operation's input).
-            let first = &inputs[0];
             let outputs: Vec<CubeTensor<R>> = (0..kernel.outputs as usize)
                 .map(|o| {
                     // A row kernel's row outputs have the row shape `[R…, 1]`.
@@ -313,8 +341,8 @@ mod cube {
                         out_shape[last] = 1;
                     }
                     empty_device_contiguous_dtype(
-                        first.client.clone(),
-                        first.device.clone(),
+                        self.client.clone(),
+                        self.device.clone(),
                         out_shape,
                         kernel.dtype,
                     )
@@ -323,14 +351,23 @@ mod cube {
             let len = shape.num_elements();
             // CubeCL compiles a kernel at its first launch and panics when the compiler
             // refuses it: that is a failed compile, reported to the caller (which falls back).
-            let launched =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match kernel.dtype {
-                    DType::F32 => launch::<R, f32>(kernel, inputs, scalars, &outputs, len),
-                    DType::F16 => launch::<R, half::f16>(kernel, inputs, scalars, &outputs, len),
-                    DType::BF16 => launch::<R, half::bf16>(kernel, inputs, scalars, &outputs, len),
-                    DType::F64 => launch::<R, f64>(kernel, inputs, scalars, &outputs, len),
-                    dtype => unreachable!("the plan only keeps accepted kernels, not {dtype:?}"),
-                }));
+            let launched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match kernel
+                .dtype
+            {
+                DType::F32 => {
+                    launch::<R, f32>(&self.client, kernel, inputs, scalars, &outputs, len)
+                }
+                DType::F16 => {
+                    launch::<R, half::f16>(&self.client, kernel, inputs, scalars, &outputs, len)
+                }
+                DType::BF16 => {
+                    launch::<R, half::bf16>(&self.client, kernel, inputs, scalars, &outputs, len)
+                }
+                DType::F64 => {
+                    launch::<R, f64>(&self.client, kernel, inputs, scalars, &outputs, len)
+                }
+                dtype => unreachable!("the plan only keeps accepted kernels, not {dtype:?}"),
+            }));
             launched
                 .map(|_| outputs)
                 .map_err(|payload| panic_message(payload, "the kernel launch"))

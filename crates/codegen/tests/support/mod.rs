@@ -2,7 +2,9 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use burn_backend::DType;
-use burn_compile_schedule::{BinaryOp, Instr, PointwiseKernel, ReduceOp, RowLayout, UnaryOp};
+use burn_compile_schedule::{
+    BinaryOp, Constant, Instr, PointwiseKernel, ReduceOp, RowLayout, UnaryOp,
+};
 
 pub const UNARY_OPS: [UnaryOp; 12] = [
     UnaryOp::Exp,
@@ -146,6 +148,41 @@ pub fn chain() -> PointwiseKernel {
             bin(BinaryOp::Add, 3, 0),
             store(0, 4),
         ],
+    )
+}
+
+/// Folded `ones` and `zeros`: `y = (1 − x) · s1`, `z = x + s0` — the one a literal, the
+/// zero a scalar argument (of value 0 at replay), as the schedule emits them.
+pub fn constants() -> PointwiseKernel {
+    kernel(
+        2,
+        vec![vec![false, false]],
+        2,
+        2,
+        vec![
+            Instr::Const {
+                value: Constant::One,
+            },
+            load(0),
+            bin(BinaryOp::Sub, 0, 1),
+            Instr::Scalar { index: 0 },
+            bin(BinaryOp::Add, 1, 3),
+            Instr::Scalar { index: 1 },
+            bin(BinaryOp::Mul, 2, 5),
+            store(0, 6),
+            store(1, 4),
+        ],
+    )
+}
+
+/// A kernel that reads no tensor: `exp(s0)` everywhere (a `full` folded with what follows).
+pub fn fill() -> PointwiseKernel {
+    kernel(
+        2,
+        vec![],
+        1,
+        1,
+        vec![Instr::Scalar { index: 0 }, un(UnaryOp::Exp, 0), store(0, 1)],
     )
 }
 
