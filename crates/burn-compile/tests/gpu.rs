@@ -157,8 +157,12 @@ fn wgpu_a_run_wider_than_the_device_binds_is_split_and_matches_eager() {
     )
     .into_data();
     got.assert_approx_eq::<f32>(&eager, tol());
-    // Fused: the run is split into kernels that fit, not abandoned.
+    // Fused: on wgpu the run is split into kernels that fit, not abandoned; CUDA binds up to
+    // 1023 buffers, so the run stays one kernel there.
+    #[cfg(not(feature = "cuda"))]
     assert!(report.fused_kernels >= 2, "{report}");
+    #[cfg(feature = "cuda")]
+    assert_eq!(report.fused_kernels, 1, "{report}");
 }
 
 /// `ones`, `zeros` and `full` tensors, and a sum over a dimension of size 1, as autodiff's
