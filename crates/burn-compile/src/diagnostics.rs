@@ -7,8 +7,11 @@
 
 use crate::capture::GraphBreak;
 use burn_compile_graph::GraphKey;
+use rustc_hash::FxHashMap;
 use std::cell::RefCell;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 /// One graph closed by the capture.
@@ -61,12 +64,50 @@ pub(crate) fn wanted(configured: bool) -> bool {
         || STRICT.try_with(|s| s.borrow().is_some()).unwrap_or(false)
 }
 
+/// Graphs of threads inside an `explain` region that another thread closed (an eager op closes
+/// every thread's pending graph): delivered to their owner's region at its next report or at
+/// its end. A thread has an entry while it has a region open.
+static INBOX: Mutex<Option<FxHashMap<ThreadId, Vec<GraphRecord>>>> = Mutex::new(None);
+
+fn inbox<T>(f: impl FnOnce(&mut FxHashMap<ThreadId, Vec<GraphRecord>>) -> T) -> T {
+    let mut guard = INBOX.lock().unwrap_or_else(|e| e.into_inner());
+    f(guard.get_or_insert_with(FxHashMap::default))
+}
+
+/// Moves the graphs other threads closed for this one into its open `explain` region.
+fn collect_inbox(graphs: &mut Vec<GraphRecord>) {
+    let me = std::thread::current().id();
+    inbox(|m| {
+        if let Some(waiting) = m.get_mut(&me) {
+            graphs.append(waiting);
+        }
+    });
+}
+
 pub(crate) fn start_explain() -> Option<Vec<GraphRecord>> {
-    EXPLAIN.with(|s| s.borrow_mut().replace(Vec::new()))
+    let previous = EXPLAIN.with(|s| s.borrow_mut().replace(Vec::new()));
+    if previous.is_none() {
+        inbox(|m| m.insert(std::thread::current().id(), Vec::new()));
+    } else {
+        // The outer region's graphs so far stay the outer region's.
+        EXPLAIN.with(|s| {
+            let mut outer = Vec::new();
+            collect_inbox(&mut outer);
+            s.borrow_mut().as_mut().expect("a region").extend(outer);
+        });
+    }
+    previous
 }
 
 pub(crate) fn finish_explain(previous: Option<Vec<GraphRecord>>) -> Vec<GraphRecord> {
-    EXPLAIN.with(|s| std::mem::replace(&mut *s.borrow_mut(), previous).unwrap_or_default())
+    let outermost = previous.is_none();
+    let mut graphs =
+        EXPLAIN.with(|s| std::mem::replace(&mut *s.borrow_mut(), previous).unwrap_or_default());
+    collect_inbox(&mut graphs);
+    if outermost {
+        inbox(|m| m.remove(&std::thread::current().id()));
+    }
+    graphs
 }
 
 pub(crate) fn start_strict() -> Option<Vec<GraphBreak>> {
@@ -106,9 +147,10 @@ pub(crate) static COUNTERS: Counters = Counters {
     breaks: [const { AtomicU64::new(0) }; 9],
 };
 
-/// Reports a closed graph to everyone listening. `own_thread`: the graph belongs to the calling
-/// thread's stream (only those count for the thread's `fullgraph` region).
-pub(crate) fn report(record: GraphRecord, own_thread: bool) {
+/// Reports a closed graph to everyone listening. `owner`: the thread whose stream the graph
+/// belongs to; `own_thread`: that is the calling thread (only those count for the thread's
+/// `fullgraph` region: a break another thread caused is not the region's code).
+pub(crate) fn report(record: GraphRecord, owner: ThreadId, own_thread: bool) {
     let c = &COUNTERS;
     c.graphs.fetch_add(1, Ordering::Relaxed);
     if record.cache_hit {
@@ -144,6 +186,12 @@ pub(crate) fn report(record: GraphRecord, own_thread: bool) {
     }
 
     if !own_thread {
+        // The owner's `explain` region, if it has one open, gets the graph.
+        inbox(|m| {
+            if let Some(waiting) = m.get_mut(&owner) {
+                waiting.push(record);
+            }
+        });
         return;
     }
     if !record.region_end {
@@ -155,6 +203,8 @@ pub(crate) fn report(record: GraphRecord, own_thread: bool) {
     }
     EXPLAIN.with(|s| {
         if let Some(graphs) = s.borrow_mut().as_mut() {
+            // Graphs another thread closed for this one came before this one.
+            collect_inbox(graphs);
             graphs.push(record);
         }
     });

@@ -125,8 +125,9 @@ fn close_all(reason: BreakReason, region_end: bool) {
 
 /// Runs `f` and reports how its ops were cut into graphs. Pending ops from before are closed
 /// first (and not reported); the ops of `f` still pending at its end form the last graph, closed
-/// while `f`'s result is alive. The calling thread's graphs are reported (threads spawned by `f`
-/// record their own streams, which are not).
+/// while `f`'s result is alive. The calling thread's graphs are reported, those another thread
+/// closed included (an op that runs eagerly closes every thread's pending graph); threads
+/// spawned by `f` record their own streams, which are not.
 pub fn explain<T>(f: impl FnOnce() -> T) -> (T, Explanation) {
     close_all(BreakReason::MarkStep, true);
     let previous = diagnostics::start_explain();

@@ -23,9 +23,9 @@ fn scheme() -> QuantScheme {
 }
 
 /// Every test here checks the breaks of its graphs, and most run eager ops, which close the
-/// pending graphs of every thread on the device (an eager op may read any of them). A graph of
-/// one test closed by another test's eager op is no graph of its own `explain`: the tests of
-/// this file run one at a time.
+/// pending graphs of every thread on the device (an eager op may read any of them). Another
+/// test's eager op would cut this test's graph in two (both reported to its `explain`, with
+/// one break more than it counts): the tests of this file run one at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static DEVICE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     DEVICE.lock().unwrap_or_else(|e| e.into_inner())

@@ -167,15 +167,18 @@ fn wgpu_a_run_wider_than_the_device_binds_is_split_and_matches_eager() {
 
 /// `ones`, `zeros` and `full` tensors, and a sum over a dimension of size 1, as autodiff's
 /// backward passes create them: folded into the kernels (no fill is launched).
-fn constants<B: Backend>(x: Tensor<B, 2>, y: Tensor<B, 2>) -> [Tensor<B, 2>; 3] {
+fn constants<B: Backend>(x: Tensor<B, 2>, y: Tensor<B, 2>) -> [Tensor<B, 2>; 4] {
+    let device = x.device();
     let ones = Tensor::ones_like(&x);
     let zeros = Tensor::zeros_like(&x);
-    let full = Tensor::full(x.shape(), 2.5, &x.device());
+    let full = Tensor::full(x.shape(), 2.5, &device);
     // (x · 1) / 1 − 0 is x, exactly; x + 0 is not (−0 + 0 = +0) and is kept.
     let folded = ((x.clone() * ones.clone()) / ones - zeros.clone() + full).exp();
     let plus_zero = x + zeros;
     let summed = y.sum_dim(1).exp();
-    [folded, plus_zero, summed]
+    // A kernel that reads no tensor at all.
+    let filled = Tensor::<B, 2>::full([5, 3], 0.5, &device).exp();
+    [folded, plus_zero, summed, filled]
 }
 
 #[test]
@@ -190,7 +193,7 @@ fn gpu_constants_fold_into_kernels_and_match_eager_bit_for_bit_on_signed_zeros()
     values[5] = -0.0;
     x = TensorData::new(values, [6, 4]);
     let y = data([6, 1], 32);
-    let run = |f: &dyn Fn() -> [TensorData; 3]| f();
+    let run = |f: &dyn Fn() -> [TensorData; 4]| f();
     let ((got, report), want) = (
         explain(|| {
             let on = |d: &TensorData| Tensor::<C, 2>::from_data(d.clone(), &device);
@@ -216,11 +219,12 @@ fn gpu_constants_fold_into_kernels_and_match_eager_bit_for_bit_on_signed_zeros()
         bits(&want[1]),
         "x + 0 keeps eager's signed zeros"
     );
-    // Every op but the two uploads runs inside one generated kernel: no fill, no size-1
-    // reduction of its own (the `[6, 1]` values are row values of the `[6, 4]` kernel).
-    assert_eq!(report.fused_kernels, 1, "{report}");
-    assert_eq!(report.graphs[0].fused_ops, 11, "{report}");
-    assert_eq!(report.launches_per_graph, vec![3], "{report}");
+    // Every op but the two uploads runs inside a generated kernel: no fill, no size-1
+    // reduction of its own (the `[6, 1]` values are row values of the `[6, 4]` kernel); the
+    // `full` and its exp are a second kernel, of no input.
+    assert_eq!(report.fused_kernels, 2, "{report}");
+    assert_eq!(report.graphs[0].fused_ops, 13, "{report}");
+    assert_eq!(report.launches_per_graph, vec![4], "{report}");
 }
 
 /// A value that outlives the graph and a row sum of an intermediate: one row kernel writes

@@ -451,7 +451,7 @@ impl<B: BackendIr> Shared<B> {
         }
         record.ended_by = brk;
         record.region_end = region_end;
-        diagnostics::report(record, own_thread);
+        diagnostics::report(record, thread, own_thread);
     }
 }
 
