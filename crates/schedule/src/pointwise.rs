@@ -108,7 +108,8 @@ pub enum Instr {
     Scalar {
         index: u16,
     },
-    /// A constant (folded from a `ones` or `zeros` tensor, which is then never filled).
+    /// A constant (folded from a `ones` tensor, which is then never filled; a `zeros` tensor
+    /// becomes a [`Instr::Scalar`] of value 0, see [`Constant`]).
     Const {
         value: Constant,
     },
@@ -554,6 +555,18 @@ pub fn pointwise_groups(
     fitting
 }
 
+/// Whether a run of these operations is worth a generated kernel: two or more fuse; one alone
+/// is left to the inner backend's own kernel, except a softmax (several kernels there).
+fn worth_a_kernel(ops: &[OperationIr], run: &[u32]) -> bool {
+    match run {
+        [] => false,
+        [one] => {
+            fusible(&ops[*one as usize]).is_some_and(|f| matches!(f.compute, Compute::Softmax(_)))
+        }
+        _ => true,
+    }
+}
+
 /// Buffers a group's kernel binds for its tensors.
 fn buffers(group: &PointwiseGroup) -> usize {
     group.inputs.len() + group.outputs.len()
@@ -585,10 +598,7 @@ fn fit(
         .into_iter()
         .zip(ranges)
     {
-        let softmax = part.len() == 1
-            && fusible(&ops[part[0] as usize])
-                .is_some_and(|f| matches!(f.compute, Compute::Softmax(_)));
-        if part.len() < 2 && !softmax {
+        if !worth_a_kernel(ops, part) {
             continue;
         }
         let within = |p: &&u32| (lo..hi).contains(*p);
@@ -692,11 +702,7 @@ impl Run {
         let inside = |p: &u32| end.is_some_and(|e| *p < e);
         self.drops.retain(inside);
         self.hoisted.retain(inside);
-        // A softmax alone is worth its own kernel (it is several inside the inner backend).
-        let softmax = self.ops.len() == 1
-            && fusible(&ops[self.ops[0] as usize])
-                .is_some_and(|f| matches!(f.compute, Compute::Softmax(_)));
-        if self.ops.len() >= 2 || softmax {
+        if worth_a_kernel(ops, &self.ops) {
             let (shape, _) = self.space.clone().expect("a run has a space");
             let mut group = build(
                 ops,
