@@ -7,10 +7,12 @@
 
 mod attention;
 mod matmul;
+mod memory;
 mod pointwise;
 
 pub use attention::{AttentionGroup, attention_groups};
 pub use matmul::{Gemm, GemmOperand, MatmulGroup, MatmulKind, gemm, matmul_groups};
+pub use memory::{MemoryPlan, memory_plan};
 pub use pointwise::{
     BinaryOp, Constant, Instr, PointwiseGroup, PointwiseKernel, ReduceOp, RowLayout, Slot, UnaryOp,
     pointwise_groups, scalar_operand,
@@ -63,6 +65,9 @@ pub struct Plan {
     /// The attention kernels, referred to by [`Step::Attention`].
     #[serde(default)]
     pub attention: Vec<AttentionGroup>,
+    /// Where the intermediates of generated kernels and library matmuls live.
+    #[serde(default)]
+    pub memory: MemoryPlan,
 }
 
 impl Plan {
@@ -143,6 +148,9 @@ pub struct ScheduleOptions<'a> {
     /// Run `softmax(q @ kᵀ / √d) @ v` as one attention kernel, each kept only when the target
     /// accepts it. `None`: the parts run as the other steps schedule them.
     pub attention: Option<&'a dyn Fn(&AttentionGroup) -> bool>,
+    /// Place the intermediates of generated kernels and library matmuls in the slots of one
+    /// buffer per replay, by liveness ([`memory_plan`]).
+    pub memory_planning: bool,
 }
 
 /// The step that runs live operation `op` (position `i`).
@@ -259,12 +267,17 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
             steps.push(Step::Release { op, inputs });
         }
     }
-    Plan {
+    let mut plan = Plan {
         steps,
         ops: ops.len() as u32,
         dead: dead.iter().filter(|d| **d).count() as u32,
         pointwise,
         matmul,
         attention,
+        memory: MemoryPlan::default(),
+    };
+    if options.memory_planning {
+        plan.memory = memory_plan(ops, &plan);
     }
+    plan
 }

@@ -173,6 +173,7 @@ fn plan(ops: &[OperationIr], attention: bool) -> Plan {
             max_kernel_buffers: usize::MAX,
             matmul: Some(library),
             attention: attention.then_some(flash),
+            memory_planning: true,
         },
     )
 }
@@ -287,6 +288,7 @@ fn a_target_that_refuses_the_call_keeps_the_parts() {
             max_kernel_buffers: usize::MAX,
             matmul: None,
             attention: Some(refuse),
+            memory_planning: true,
         },
     );
     assert_eq!(p.attention_kernels(), 0);

@@ -55,6 +55,7 @@ fn plan(ops: &[OperationIr], matmul: bool) -> Plan {
             max_kernel_buffers: usize::MAX,
             matmul: matmul.then_some(library),
             attention: None,
+            memory_planning: true,
         },
     )
 }
@@ -178,6 +179,7 @@ fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
             max_kernel_buffers: usize::MAX,
             matmul: Some(refuse),
             attention: None,
+            memory_planning: true,
         },
     );
     assert_eq!(

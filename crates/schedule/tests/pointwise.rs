@@ -263,6 +263,7 @@ fn plan_of(
         max_kernel_buffers: usize::MAX,
         matmul: None,
         attention: None,
+        memory_planning: true,
     };
     schedule(ops, options)
 }
@@ -608,6 +609,7 @@ fn a_repeated_op_run_alone_shares_the_first_result() {
         max_kernel_buffers: usize::MAX,
         matmul: None,
         attention: None,
+        memory_planning: true,
     };
     assert_eq!(schedule(&ops, options).merged(), 0);
 }
@@ -638,6 +640,7 @@ fn plan_within(ops: &[OperationIr], max_kernel_buffers: usize) -> burn_compile_s
             max_kernel_buffers,
             matmul: None,
             attention: None,
+            memory_planning: true,
         },
     )
 }
