@@ -18,6 +18,8 @@
 //! `--small` (a tiny encoder, for smoke tests), `--out FILE` (append the JSON lines there too),
 //! `--systems burn-compile` (a subset of this build's systems; no eager comparison without
 //! `burn-eager`), `--infer-only` (skip the training step: e.g. under a kernel profiler).
+//! With `BURN_COMPILE_PROFILE_REPLAY=1` the compiled system also prints its host time per replayed
+//! step kind (add `BURN_COMPILE_DEVICE_THREAD=1` to include the runtime's own work per step).
 //! `BENCH_GPU` and `BENCH_DATE` fill the `gpu` and `date` fields; `BENCH_MODE` labels the compiled
 //! system's variant (e.g. `inner-matmul` with `BURN_COMPILE_LIBRARY_MATMUL=0`).
 //!
@@ -212,6 +214,8 @@ fn time<B: Backend, T>(
     }
     B::sync(device).expect("sync");
     drop(warm);
+    // The replay profile (when on) covers the timed calls only.
+    let _ = burn_compile::take_replay_profile();
     let mut outs = Vec::with_capacity(iters);
     let start = Instant::now();
     for _ in 0..iters {
@@ -226,6 +230,28 @@ fn time<B: Backend, T>(
         start.elapsed().as_secs_f64() * 1e3 / iters as f64,
         issued,
     )
+}
+
+/// With `BURN_COMPILE_PROFILE_REPLAY=1`: host time per replayed step kind, per call.
+fn print_replay_profile(system: &str, dtype: &str, phase: &str, calls: usize) {
+    let profile = burn_compile::take_replay_profile();
+    if profile.is_empty() {
+        return;
+    }
+    let total: f64 = profile.iter().map(|s| s.total.as_secs_f64()).sum();
+    eprintln!(
+        "{system} {dtype} {phase}: replay host time per call {:.3} ms, by step:",
+        total * 1e3 / calls as f64
+    );
+    for s in profile.iter().take(16) {
+        eprintln!(
+            "  {:>8.1} µs  {:>5.1} per call  {:>6.2} µs each  {}",
+            s.total.as_secs_f64() * 1e6 / calls as f64,
+            s.count as f64 / calls as f64,
+            s.total.as_secs_f64() * 1e6 / s.count as f64,
+            s.step
+        );
+    }
 }
 
 /// Inference and training figures of backend `B`; returns them and the first forward output.
@@ -247,6 +273,7 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
         );
     }
     let (first, ms, issue_ms) = time::<B, _>(&device, s.iters, s.warmup, || forward(&model, &x));
+    print_replay_profile(system, dtype, "infer", s.iters);
     let infer = Figure {
         workload: s.workload,
         dtype: dtype.into(),
@@ -270,6 +297,7 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
         model = Some(next);
         loss
     });
+    print_replay_profile(system, dtype, "train", s.iters);
     let train = Figure {
         workload: s.workload,
         dtype: dtype.into(),

@@ -31,6 +31,9 @@ pub struct GraphRecord {
     pub library_matmuls: (usize, usize),
     /// Attention kernels among the launches (each in place of `softmax(q @ kᵀ / √d) @ v`).
     pub attention_kernels: usize,
+    /// Intermediates placed in the slots of the replay's one buffer (memory planning), the
+    /// slots, and their bytes against the bytes of those values allocated one by one.
+    pub memory: PlannedMemory,
     /// One line per generated kernel (kind, shape, ops fused), when diagnostics are on.
     pub kernels: Vec<String>,
     /// Ops removed as dead code.
@@ -47,6 +50,19 @@ pub struct GraphRecord {
     pub region_end: bool,
     /// Readable listing, when diagnostics are on.
     pub listing: Option<String>,
+}
+
+/// What the memory plan of a graph placed (see `CompileConfig::memory_planning`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlannedMemory {
+    /// Values written into slots instead of their own allocations.
+    pub values: usize,
+    /// Slots of the replay's buffer.
+    pub slots: usize,
+    /// Bytes of the buffer.
+    pub bytes: u64,
+    /// Bytes the same values take allocated one by one.
+    pub unplanned_bytes: u64,
 }
 
 // `explain` and `fullgraph` regions are per thread: they report the graphs of the calling

@@ -84,7 +84,7 @@ impl fmt::Display for Explanation {
             };
             writeln!(
                 f,
-                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops{}{}), {} dead, {} merged, {}, ended by {ended}",
+                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops{}{}{}), {} dead, {} merged, {}, ended by {ended}",
                 g.key,
                 g.ops,
                 g.launches,
@@ -97,6 +97,13 @@ impl fmt::Display for Explanation {
                 match g.attention_kernels {
                     0 => String::new(),
                     n => format!(", {n} attention kernel(s)"),
+                },
+                match g.memory.values {
+                    0 => String::new(),
+                    n => format!(
+                        ", {n} intermediate(s) in {} slot(s) of one buffer ({} of {} bytes)",
+                        g.memory.slots, g.memory.bytes, g.memory.unplanned_bytes
+                    ),
                 },
                 g.dead,
                 g.merged,

@@ -31,10 +31,11 @@ mod stance;
 
 pub use capture::{BreakReason, CompileChannel, CompileClient, GraphBreak, SameBackendBridge};
 pub use config::{CompileConfig, ConfigError, config_for, configure};
-pub use diagnostics::GraphRecord;
+pub use diagnostics::{GraphRecord, PlannedMemory};
 pub use explain::{Explanation, FullGraphError, explain, fullgraph, mark_step, take_error};
 pub use logs::{TOPICS as LOG_TOPICS, init_logs};
 pub use metrics::{Metrics, metrics};
+pub use runtime::profile::{StepTime, set_replay_profiling, take_replay_profile};
 pub use stance::{Stance, set_stance, stance};
 
 pub use burn_compile_graph::GraphKey;

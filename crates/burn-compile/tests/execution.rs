@@ -59,3 +59,21 @@ fn a_seed_waits_for_the_draws_queued_before_it() {
     compiled[0].assert_eq(&a.into_data(), true);
     compiled[1].assert_eq(&b.into_data(), true);
 }
+
+/// The replay profile names the steps a plan ran and counts them (other tests of this binary
+/// replay too, so counts are at least this test's).
+#[test]
+fn the_replay_profile_counts_each_kind_of_step_replayed() {
+    let x = Tensor::<C, 2>::from_data(matrix([4, 4], 7), &Default::default());
+    burn_compile::set_replay_profiling(true);
+    for _ in 0..3 {
+        let y = x.clone().matmul(x.clone()).tanh().matmul(x.clone());
+        y.into_data();
+    }
+    burn_compile::set_replay_profiling(false);
+    let profile = burn_compile::take_replay_profile();
+    let count = |name: &str| profile.iter().find(|s| s.step == name).map(|s| s.count);
+    assert!(count("Float.Matmul").is_some_and(|n| n >= 6), "{profile:?}");
+    assert!(count("Float.Tanh").is_some_and(|n| n >= 3), "{profile:?}");
+    assert!(profile.iter().all(|s| s.count > 0), "{profile:?}");
+}

@@ -120,6 +120,53 @@ fn wgpu_pointwise_chain_is_one_kernel_and_matches_eager() {
     got.assert_approx_eq::<f32>(&eager(-1.25), tol());
 }
 
+/// A plan replays as one task of CubeCL's device thread (the default: its launches run there
+/// directly) or beside it (`replay_on_device_thread = false`: each launch is queued to it); both
+/// match eager. Two threads record, replay and read at once: a read waits for the device thread
+/// while the other thread's replay may hold it, and neither blocks the other for good.
+#[test]
+fn gpu_replays_on_the_device_thread_or_beside_it_match_eager_from_two_threads() {
+    if !adapter_available() {
+        return;
+    }
+    let _config = default_config_lock();
+    let device: burn::tensor::Device<Eager> = Default::default();
+    let (x, b) = (data([6, 6], 51), data([1, 6], 52));
+    let scales = [0.5f32, -1.0, 0.25, 2.0];
+    let eager: Vec<TensorData> = scales
+        .iter()
+        .map(|s| {
+            let on = |d: &TensorData| Tensor::<Eager, 2>::from_data(d.clone(), &device);
+            chain(on(&x), on(&b), *s).into_data()
+        })
+        .collect();
+    for on_device_thread in [false, true] {
+        configure(
+            &device,
+            CompileConfig {
+                replay_on_device_thread: on_device_thread,
+                ..Default::default()
+            },
+        );
+        std::thread::scope(|scope| {
+            for t in 0..2 {
+                let (x, b, eager) = (&x, &b, &eager);
+                scope.spawn(move || {
+                    let device = Default::default();
+                    let on = |d: &TensorData| Tensor::<C, 2>::from_data(d.clone(), &device);
+                    for _round in 0..3 {
+                        for (i, s) in scales.iter().enumerate().skip(t) {
+                            let got = chain(on(x), on(b), *s).into_data();
+                            got.assert_approx_eq::<f32>(&eager[i], tol());
+                        }
+                    }
+                });
+            }
+        });
+    }
+    configure(&device, CompileConfig::default());
+}
+
 /// An optimizer-like update of many parameters: one elementwise run that reads 40 tensors
 /// and writes 20, more buffers than a wgpu shader may bind (lavapipe: 32).
 fn many_updates<B: Backend>(params: &[Tensor<B, 2>], grads: &[Tensor<B, 2>]) -> Vec<Tensor<B, 2>> {
@@ -163,6 +210,54 @@ fn wgpu_a_run_wider_than_the_device_binds_is_split_and_matches_eager() {
     assert!(report.fused_kernels >= 2, "{report}");
     #[cfg(feature = "cuda")]
     assert_eq!(report.fused_kernels, 1, "{report}");
+}
+
+/// A sum of 40 tensors, then `exp`: one elementwise run reading 40 tensors. On wgpu it is
+/// split into kernels that fit the bindings; the partial sum one kernel writes and the next
+/// consumes is an intermediate of the memory plan (a slot of the replay's one buffer), so the
+/// replays write and read it there. CUDA keeps the run as one kernel (nothing to plan).
+fn wide_sum<B: Backend>(xs: &[Tensor<B, 2>]) -> Tensor<B, 2> {
+    let mut s = xs[0].clone();
+    for x in &xs[1..] {
+        s = s + x.clone();
+    }
+    s.exp()
+}
+
+#[test]
+fn gpu_an_intermediate_between_kernels_lives_in_the_replays_buffer_and_matches_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let device = Default::default();
+    let inputs: Vec<TensorData> = (0..40)
+        .map(|i| support::float_data(&[4, 8], 300 + i, -0.05, 0.05))
+        .collect();
+    fn on<B: Backend>(d: &[TensorData], device: &B::Device) -> Vec<Tensor<B, 2>> {
+        d.iter()
+            .map(|d| Tensor::from_data(d.clone(), device))
+            .collect()
+    }
+    let eager = wide_sum(&on::<Eager>(&inputs, &device)).into_data();
+    let xs = on::<C>(&inputs, &device);
+    let (got, report) = explain(|| wide_sum(&xs).into_data());
+    got.assert_approx_eq::<f32>(&eager, tol());
+    let memory = report.graphs[0].memory;
+    #[cfg(not(feature = "cuda"))]
+    {
+        assert!(report.fused_kernels >= 2, "{report}");
+        assert!(memory.values >= 1 && memory.slots >= 1, "{report}");
+        assert!(memory.bytes <= memory.unplanned_bytes, "{report}");
+    }
+    #[cfg(feature = "cuda")]
+    assert_eq!((report.fused_kernels, memory.values), (1, 0), "{report}");
+    // Replays reuse the plan (a fresh buffer each): same values, inputs intact.
+    for _ in 0..2 {
+        let (again, report) = explain(|| wide_sum(&xs).into_data());
+        assert_eq!(report.cache_hits, 1, "{report}");
+        again.assert_approx_eq::<f32>(&eager, tol());
+    }
+    xs[0].clone().into_data().assert_eq(&inputs[0], true);
 }
 
 /// `ones`, `zeros` and `full` tensors, and a sum over a dimension of size 1, as autodiff's
@@ -526,6 +621,8 @@ fn gpu_linear_relu_is_one_library_matmul_and_matches_eager() {
         );
         // Two library calls and the residual add: nothing else is launched.
         assert_eq!(report.launches_per_graph, vec![3], "{report}");
+        // The hidden activation is written by one call and consumed by the other: planned.
+        assert_eq!(report.graphs[0].memory.values, 1, "{report}");
     }
     got.assert_approx_eq::<f32>(&run_ff(&ff_params::<Eager>(&d, &device)), tol());
     // Replayed from the cache, same values; the inputs are intact.
@@ -548,9 +645,15 @@ use burn::tensor::Tolerance;
 use burn_compile::{CompileConfig, configure};
 use std::sync::{Mutex, MutexGuard};
 
-fn f32_attention_on(autotune: bool) -> MutexGuard<'static, ()> {
+/// Held by each test that configures the default device (the config is per device, tests run
+/// in parallel).
+fn default_config_lock() -> MutexGuard<'static, ()> {
     static CONFIG: Mutex<()> = Mutex::new(());
-    let guard = CONFIG.lock().unwrap_or_else(|e| e.into_inner());
+    CONFIG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn f32_attention_on(autotune: bool) -> MutexGuard<'static, ()> {
+    let guard = default_config_lock();
     let config = CompileConfig {
         attention_f32: true,
         attention_autotune: autotune,

@@ -12,7 +12,8 @@ use cubecl_core::ir::{ElemType, StorageType, UIntKind};
 use cubecl_runtime::compiler::{CompilationError, Compiler, CubeTask};
 use cubecl_runtime::id::KernelId;
 use cubecl_runtime::kernel::{CompiledKernel, KernelMetadata};
-use cubecl_runtime::server::ExecutionMode;
+use cubecl_runtime::memory_management::ManagedMemoryHandle;
+use cubecl_runtime::server::{ExecutionMode, Handle};
 use std::sync::Mutex;
 
 /// What an external task runs: the stream, then the device pointer of each binding (in order).
@@ -22,13 +23,38 @@ pub type ExternalCall =
 /// A call into an external library, launched as a kernel.
 pub struct ExternalTask {
     call: Mutex<Option<ExternalCall>>,
+    /// Buffers the task writes that are not yet reserved: reserved by the server just before
+    /// the call, in the same device-thread task (a separate `ComputeClient::empty` would be a
+    /// task of its own).
+    outputs: Mutex<Vec<(ManagedMemoryHandle, u64)>>,
 }
 
 impl ExternalTask {
     pub fn new(call: ExternalCall) -> Self {
         Self {
             call: Mutex::new(Some(call)),
+            outputs: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Like [`ExternalTask::new`], with `outputs`: handles made with `Handle::new` and never
+    /// given to a client, which the server reserves before resolving the bindings. They must
+    /// be among the task's bindings, and must not be used by anything launched before it.
+    pub fn with_outputs(call: ExternalCall, outputs: &[Handle]) -> Self {
+        Self {
+            call: Mutex::new(Some(call)),
+            outputs: Mutex::new(
+                outputs
+                    .iter()
+                    .map(|h| (h.memory.clone(), h.size()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The buffers to reserve before the call (once).
+    pub(crate) fn take_outputs(&self) -> Vec<(ManagedMemoryHandle, u64)> {
+        std::mem::take(&mut *self.outputs.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The call (once).

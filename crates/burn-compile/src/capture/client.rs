@@ -412,6 +412,7 @@ impl<B: BackendIr> Shared<B> {
             config.strict,
             config.inject_kernel_failure,
             config.attention_autotune,
+            config.replay_on_device_thread,
         );
         let kernels = inner.kernels();
         let accepts = kernels.map(|k| move |kernel: &_| k.accepts(kernel));

@@ -7,7 +7,7 @@ use super::InnerDevice;
 use crate::capture::{BreakReason, GraphBreak};
 use crate::config::CompileConfig;
 use crate::diagnostics::GraphRecord;
-use burn_compile_graph::{Activation, GraphKey, op_listing};
+use burn_compile_graph::{Activation, GraphKey, op_listing, op_name};
 use burn_compile_schedule::{
     AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, Step, schedule,
 };
@@ -25,6 +25,7 @@ struct PlanConfig {
     library_matmul: bool,
     attention: bool,
     attention_f32: bool,
+    memory_planning: bool,
 }
 
 impl From<&CompileConfig> for PlanConfig {
@@ -36,6 +37,7 @@ impl From<&CompileConfig> for PlanConfig {
             library_matmul: c.library_matmul,
             attention: c.attention,
             attention_f32: c.attention_f32,
+            memory_planning: c.memory_planning,
         }
     }
 }
@@ -93,6 +95,7 @@ impl PlanCache {
                     max_kernel_buffers: accepts.max_kernel_buffers,
                     matmul: accepts.matmul.filter(|_| config.library_matmul),
                     attention: attention.as_ref().map(|f| f as _),
+                    memory_planning: config.memory_planning,
                 };
                 let plan = Arc::new(schedule(ops, options));
                 let elapsed = start.elapsed();
@@ -109,6 +112,12 @@ impl PlanCache {
             fused_ops: plan.fused_ops(),
             library_matmuls: plan.library_matmuls(),
             attention_kernels: plan.attention_kernels(),
+            memory: crate::diagnostics::PlannedMemory {
+                values: plan.memory.planned(),
+                slots: plan.memory.slots.len(),
+                bytes: plan.memory.bytes(),
+                unplanned_bytes: plan.memory.unplanned_bytes,
+            },
             kernels: if diagnostics {
                 plan.kernel_summaries()
             } else {
@@ -147,14 +156,30 @@ pub(crate) fn execute<B: BackendIr>(
     mut ops: Vec<OperationIr>,
     plan: &Plan,
 ) -> Vec<OperationIr> {
+    let profiling = super::profile::on();
+    // The memory plan's buffers, reserved at once; dropped at the end of the replay (every
+    // planned value is freed inside the graph).
+    let slab = inner.slab(&plan.memory.slots);
+    let slot = |s: &Option<u32>| s.and_then(|s| slab.get(s as usize));
+    let mut into = Vec::new();
     for step in &plan.steps {
+        let start = profiling.then(Instant::now);
         match step {
             Step::Eager { op } => inner.execute(&ops[*op as usize]),
             Step::Activation { op, kind } => {
                 super::activation::run(inner, &ops[*op as usize], *kind)
             }
-            Step::Pointwise { group } => inner.fused(&ops, &plan.pointwise[*group as usize]),
-            Step::Matmul { group } => inner.library_matmul(&ops, &plan.matmul[*group as usize]),
+            Step::Pointwise { group } => {
+                into.clear();
+                if let Some(slots) = plan.memory.pointwise.get(*group as usize) {
+                    into.extend(slots.iter().map(slot));
+                }
+                inner.fused(&ops, &plan.pointwise[*group as usize], &into)
+            }
+            Step::Matmul { group } => {
+                let into = plan.memory.matmul.get(*group as usize).and_then(slot);
+                inner.library_matmul(&ops, &plan.matmul[*group as usize], into)
+            }
             Step::Attention { group } => inner.attention(&ops, &plan.attention[*group as usize]),
             Step::Release { op, inputs } => release(inner, &ops[*op as usize], inputs),
             Step::Alias { op, of, inputs } => {
@@ -164,6 +189,22 @@ pub(crate) fn execute<B: BackendIr>(
                 }
                 release(inner, repeat, inputs);
             }
+        }
+        if let Some(start) = start {
+            let elapsed = start.elapsed();
+            let label = match step {
+                Step::Eager { op } | Step::Activation { op, .. } => op_name(&ops[*op as usize]),
+                Step::Pointwise { group }
+                    if plan.pointwise[*group as usize].kernel.row.is_some() =>
+                {
+                    "kernel (row)".into()
+                }
+                Step::Pointwise { .. } => "kernel (pointwise)".into(),
+                Step::Matmul { .. } => "library matmul".into(),
+                Step::Attention { .. } => "attention".into(),
+                Step::Release { .. } | Step::Alias { .. } => "release".into(),
+            };
+            super::profile::record(&label, elapsed);
         }
     }
     ops.clear();

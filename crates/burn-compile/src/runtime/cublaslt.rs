@@ -17,7 +17,6 @@ use burn_compile_schedule::{Gemm, GemmOperand, MatmulGroup, gemm};
 use burn_cubecl::cubecl::cuda::CudaRuntime;
 use burn_cubecl::cubecl::prelude::CubeCount;
 use burn_cubecl::cubecl::server::{Handle as Buffer, KernelArguments};
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_std::Shape;
 use cubecl_cuda::external::ExternalTask;
@@ -128,6 +127,7 @@ impl CuBlasLt {
         group: &MatmulGroup,
         inputs: &[Tensor],
         out_shape: &Shape,
+        into: Option<&Tensor>,
     ) -> Result<Option<Tensor>, String> {
         if inputs.iter().any(|t| t.dtype != group.dtype) {
             return Ok(None);
@@ -204,12 +204,33 @@ impl CuBlasLt {
             )
         };
 
-        let out = empty_device_contiguous_dtype(
-            client.clone(),
-            first.device.clone(),
-            out_shape.clone(),
-            group.dtype,
-        );
+        // The output: in the memory plan's slot, or reserved by the server inside the call's
+        // own task (one device-thread task per matmul, not two) — a handle no client has seen,
+        // bound before the bindings are resolved.
+        let fresh = match into {
+            Some(_) => None,
+            None => {
+                let bytes = (out_shape.num_elements() * group.dtype.size()) as u64;
+                let reserved = bytes
+                    .next_multiple_of(ALIGNMENT as u64)
+                    .max(ALIGNMENT as u64);
+                Some(Buffer::new(
+                    burn_cubecl::cubecl::stream_id::StreamId::current(),
+                    reserved,
+                ))
+            }
+        };
+        let out = match (&fresh, into) {
+            (Some(handle), _) => CubeTensor::new_contiguous(
+                client.clone(),
+                first.device.clone(),
+                out_shape.clone(),
+                handle.clone(),
+                group.dtype,
+            ),
+            (None, Some(slot)) => super::kernels::in_slot(slot, out_shape.clone(), group.dtype),
+            (None, None) => unreachable!("a fresh handle is made when no slot is given"),
+        };
         let mut buffers = vec![
             inputs[g.a.input].handle.clone().binding(),
             inputs[g.b.input].handle.clone().binding(),
@@ -220,11 +241,14 @@ impl CuBlasLt {
             buffers.push(inputs[b].handle.clone().binding());
         }
         let dtype = group.dtype;
-        let task = ExternalTask::new(Box::new(
-            move |stream: cudarc::driver::sys::CUstream, pointers: &[u64]| {
-                enqueue(&handle, &call, dtype, stream, pointers)
-            },
-        ));
+        let task = ExternalTask::with_outputs(
+            Box::new(
+                move |stream: cudarc::driver::sys::CUstream, pointers: &[u64]| {
+                    enqueue(&handle, &call, dtype, stream, pointers)
+                },
+            ),
+            fresh.as_slice(),
+        );
         client.launch(
             Box::new(task),
             CubeCount::Static(1, 1, 1),

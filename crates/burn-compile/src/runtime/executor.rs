@@ -82,7 +82,8 @@ impl<B: BackendIr> Executor<B> {
     ) {
         if !asynchronous {
             self.wait();
-            let spent = execute(&self.inner, ops, &plan);
+            let inner = &self.inner;
+            let spent = inner.on_device_thread(|| execute(inner, ops, &plan));
             lock(&self.shared.progress).spent.push(spent);
             return;
         }
@@ -112,7 +113,8 @@ impl<B: BackendIr> Executor<B> {
                         Ok(None)
                     } else {
                         catch_unwind(AssertUnwindSafe(|| {
-                            Some(execute(&inner, job.ops, &job.plan))
+                            let (ops, plan) = (job.ops, &job.plan);
+                            Some(inner.on_device_thread(|| execute(&inner, ops, plan)))
                         }))
                     };
                     let mut progress = lock(&shared.progress);

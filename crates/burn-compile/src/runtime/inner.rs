@@ -14,6 +14,7 @@ use burn_compile_schedule::{
 use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, TensorIr};
 use burn_std::future::DynFut;
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -30,6 +31,8 @@ pub(crate) struct InnerDevice<B: BackendIr> {
     inject_failure: AtomicBool,
     /// `CompileConfig::attention_autotune` of the device, as last read.
     attention_autotune: AtomicBool,
+    /// `CompileConfig::replay_on_device_thread` of the device, as last read.
+    device_thread: AtomicBool,
     /// Per attention problem (dims, dtype), how far the timing of the kernel against the parts
     /// has come, or what it decided.
     attention_tuning: Mutex<FxHashMap<([usize; 6], DType), Tuning>>,
@@ -62,21 +65,66 @@ impl<B: BackendIr> InnerDevice<B> {
             strict: AtomicBool::new(false),
             inject_failure: AtomicBool::new(false),
             attention_autotune: AtomicBool::new(true),
+            device_thread: AtomicBool::new(false),
             attention_tuning: Mutex::new(FxHashMap::default()),
         }
     }
 
     /// What a failed generated kernel does (see `CompileConfig::strict`).
-    pub fn set_kernel_policy(&self, strict: bool, inject_failure: bool, attention_autotune: bool) {
+    pub fn set_kernel_policy(
+        &self,
+        strict: bool,
+        inject_failure: bool,
+        attention_autotune: bool,
+        device_thread: bool,
+    ) {
         self.strict.store(strict, Ordering::Relaxed);
         self.inject_failure.store(inject_failure, Ordering::Relaxed);
         self.attention_autotune
             .store(attention_autotune, Ordering::Relaxed);
+        self.device_thread.store(device_thread, Ordering::Relaxed);
+    }
+
+    /// Runs `f` (a plan's replay) on the inner backend's device thread when it has one and
+    /// `CompileConfig::replay_on_device_thread` is on, else here. A panic of `f` is raised
+    /// here, with its payload, as if `f` had run here.
+    pub fn on_device_thread<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        let target = self
+            .kernels
+            .as_deref()
+            .filter(|_| self.device_thread.load(Ordering::Relaxed));
+        let Some(target) = target else {
+            return f();
+        };
+        let mut f = Some(f);
+        let mut result = None;
+        target.on_device_thread(&mut || {
+            let f = f.take().expect("the target calls the task once");
+            result = Some(catch_unwind(AssertUnwindSafe(f)));
+        });
+        match result.expect("the target calls the task once") {
+            Ok(r) => r,
+            Err(payload) => resume_unwind(payload),
+        }
     }
 
     /// Runs a fused group: its kernel, or, when the kernel cannot be compiled or launched, its
     /// operations one by one on the inner backend (after a warning; an error when strict).
-    pub fn fused(&self, ops: &[OperationIr], group: &PointwiseGroup) {
+    /// The buffers of a replay's memory plan (`bytes` per slot), reserved in one call; empty
+    /// when there is nothing to plan or the target has no slabs.
+    pub fn slab(&self, bytes: &[u64]) -> Vec<B::FloatTensorPrimitive> {
+        match &self.kernels {
+            Some(target) if !bytes.is_empty() => target.slab(bytes).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub fn fused(
+        &self,
+        ops: &[OperationIr],
+        group: &PointwiseGroup,
+        into: &[Option<&B::FloatTensorPrimitive>],
+    ) {
         let known_bad = {
             let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
             !failed.is_empty() && failed.contains(&group.kernel)
@@ -85,7 +133,7 @@ impl<B: BackendIr> InnerDevice<B> {
         let error = if known_bad {
             "it failed before on this device".to_string()
         } else {
-            match self.pointwise(ops, group) {
+            match self.pointwise(ops, group, into) {
                 Ok(()) => return,
                 Err(e) => e,
             }
@@ -111,9 +159,14 @@ impl<B: BackendIr> InnerDevice<B> {
     /// by one where the library cannot take these layouts (silently: a layout, not a failure),
     /// or after a refused call (a warning: the target refuses that call shape silently from
     /// then on; an error when strict).
-    pub fn library_matmul(&self, ops: &[OperationIr], group: &MatmulGroup) {
+    pub fn library_matmul(
+        &self,
+        ops: &[OperationIr],
+        group: &MatmulGroup,
+        into: Option<&B::FloatTensorPrimitive>,
+    ) {
         let strict = self.strict.load(Ordering::Relaxed);
-        let error = match self.try_matmul(ops, group) {
+        let error = match self.try_matmul(ops, group, into) {
             Ok(true) => return,
             Ok(false) => None,
             Err(e) => Some(e),
@@ -129,7 +182,12 @@ impl<B: BackendIr> InnerDevice<B> {
     }
 
     /// The library call of a matmul step; `Ok(false)` when the library cannot take it.
-    fn try_matmul(&self, ops: &[OperationIr], group: &MatmulGroup) -> Result<bool, String> {
+    fn try_matmul(
+        &self,
+        ops: &[OperationIr],
+        group: &MatmulGroup,
+        into: Option<&B::FloatTensorPrimitive>,
+    ) -> Result<bool, String> {
         let target = self
             .kernels
             .as_deref()
@@ -149,7 +207,7 @@ impl<B: BackendIr> InnerDevice<B> {
         if self.inject_failure.load(Ordering::Relaxed) {
             return Err("failure injected (inject_kernel_failure)".into());
         }
-        let Some(result) = target.matmul(group, &inputs, &out.shape)? else {
+        let Some(result) = target.matmul(group, &inputs, &out.shape, into)? else {
             return Ok(false);
         };
         drop(inputs);
@@ -316,7 +374,12 @@ impl<B: BackendIr> InnerDevice<B> {
     /// Runs a fused group's kernel in place of its operations (`ops` is the graph it was
     /// scheduled from), then frees what the operations would have freed: inputs consumed in
     /// the group and tensors dropped inside it. On failure nothing has changed.
-    fn pointwise(&self, ops: &[OperationIr], group: &PointwiseGroup) -> Result<(), String> {
+    fn pointwise(
+        &self,
+        ops: &[OperationIr],
+        group: &PointwiseGroup,
+        into: &[Option<&B::FloatTensorPrimitive>],
+    ) -> Result<(), String> {
         let target = self
             .kernels
             .as_deref()
@@ -348,7 +411,7 @@ impl<B: BackendIr> InnerDevice<B> {
         if self.inject_failure.load(Ordering::Relaxed) {
             return Err("failure injected (inject_kernel_failure)".into());
         }
-        let outputs = target.pointwise(&group.kernel, &group.shape, &inputs, &scalars)?;
+        let outputs = target.pointwise(&group.kernel, &group.shape, &inputs, &scalars, into)?;
         drop(inputs);
         for (slot, out) in group.outputs.iter().zip(outputs) {
             handles.register_handle(output(slot).id, B::float_tensor_handle(out));

@@ -22,30 +22,47 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
     /// schedule splits wider groups).
     fn max_kernel_buffers(&self) -> usize;
 
+    /// One buffer per slot of a replay's memory plan (`bytes` each), reserved in one call;
+    /// `None` when the target has none (every output is allocated on its own).
+    fn slab(&self, _bytes: &[u64]) -> Option<Vec<T>> {
+        None
+    }
+
     /// Runs `kernel` over `shape`: `inputs` in kernel order, `scalars` in kernel order. Returns
-    /// the outputs, newly allocated, contiguous (of `shape`, or of its row shape for a row
-    /// kernel's row outputs), or why the kernel could not be compiled or launched.
+    /// the outputs, contiguous (of `shape`, or of its row shape for a row kernel's row
+    /// outputs): output `o` in the slot buffer `into[o]` (from [`KernelTarget::slab`]) when
+    /// given, else newly allocated; or why the kernel could not be compiled or launched.
     fn pointwise(
         &self,
         kernel: &PointwiseKernel,
         shape: &Shape,
         inputs: &[T],
         scalars: &[f64],
+        into: &[Option<&T>],
     ) -> Result<Vec<T>, String>;
+
+    /// Calls `task` once, on the device's own thread where it has one (CubeCL's device
+    /// runner: there the runtime's calls made by `task` run directly, not queued as one task
+    /// each), else here.
+    fn on_device_thread(&self, task: &mut (dyn FnMut() + Send)) {
+        task()
+    }
 
     /// Whether this target runs `group` with a library matmul (cuBLASLt on CUDA).
     fn accepts_matmul(&self, _group: &MatmulGroup) -> bool {
         false
     }
 
-    /// Runs a library matmul over `inputs` (the operation's inputs, in its order) into a new
-    /// contiguous tensor of `out_shape`. `Ok(None)`: the library cannot take these layouts
-    /// (the caller runs the operations); `Err`: the call failed.
+    /// Runs a library matmul over `inputs` (the operation's inputs, in its order) into a
+    /// contiguous tensor of `out_shape`: in the slot buffer `into` when given, else newly
+    /// allocated. `Ok(None)`: the library cannot take these layouts (the caller runs the
+    /// operations); `Err`: the call failed.
     fn matmul(
         &self,
         _group: &MatmulGroup,
         _inputs: &[T],
         _out_shape: &Shape,
+        _into: Option<&T>,
     ) -> Result<Option<T>, String> {
         Ok(None)
     }
@@ -83,6 +100,9 @@ pub(crate) fn target_for<T: 'static>(device: &dyn Any) -> Option<Arc<dyn KernelT
     }
     None
 }
+
+#[cfg(feature = "cuda")]
+pub(crate) use cube::in_slot;
 
 /// CUDA: generated kernels, and cuBLASLt for the matmuls.
 #[cfg(feature = "cuda")]
@@ -149,14 +169,23 @@ mod cuda {
             self.kernels.max_kernel_buffers()
         }
 
+        fn on_device_thread(&self, task: &mut (dyn FnMut() + Send)) {
+            self.kernels.on_device_thread(task)
+        }
+
+        fn slab(&self, bytes: &[u64]) -> Option<Vec<Tensor>> {
+            self.kernels.slab(bytes)
+        }
+
         fn pointwise(
             &self,
             kernel: &PointwiseKernel,
             shape: &Shape,
             inputs: &[Tensor],
             scalars: &[f64],
+            into: &[Option<&Tensor>],
         ) -> Result<Vec<Tensor>, String> {
-            self.kernels.pointwise(kernel, shape, inputs, scalars)
+            self.kernels.pointwise(kernel, shape, inputs, scalars, into)
         }
 
         fn accepts_matmul(&self, group: &MatmulGroup) -> bool {
@@ -168,9 +197,10 @@ mod cuda {
             group: &MatmulGroup,
             inputs: &[Tensor],
             out_shape: &Shape,
+            into: Option<&Tensor>,
         ) -> Result<Option<Tensor>, String> {
             match self.blas {
-                Some(blas) => blas.matmul(group, inputs, out_shape),
+                Some(blas) => blas.matmul(group, inputs, out_shape, into),
                 None => Ok(None),
             }
         }
@@ -202,9 +232,11 @@ mod cube {
     use burn_cubecl::cubecl::ScalarArgType;
     use burn_cubecl::cubecl::client::ComputeClient;
     use burn_cubecl::cubecl::prelude::{Float, TensorArg};
+    use burn_cubecl::cubecl::server::MemoryLayoutDescriptor;
     use burn_cubecl::kernel::attention::{AttentionStrategy, attention};
     use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
     use burn_cubecl::tensor::CubeTensor;
+    use burn_std::Metadata;
     use burn_std::Shape;
     use cubek_attention::routines::blackbox_accelerated::BlackboxAcceleratedStrategy;
     use rustc_hash::FxHashMap;
@@ -272,6 +304,23 @@ mod cube {
         }
     }
 
+    /// A contiguous tensor of `shape` and `dtype` over a slot buffer of the replay's slab (the
+    /// memory plan sized the slot for it).
+    pub(crate) fn in_slot<R: CubeRuntime>(
+        slot: &CubeTensor<R>,
+        shape: Shape,
+        dtype: DType,
+    ) -> CubeTensor<R> {
+        debug_assert!(shape.num_elements() * dtype.size() <= slot.meta.shape()[0]);
+        CubeTensor::new_contiguous(
+            slot.client.clone(),
+            slot.device.clone(),
+            shape,
+            slot.handle.clone(),
+            dtype,
+        )
+    }
+
     /// The message of a panic payload.
     fn panic_message(payload: Box<dyn std::any::Any + Send>, what: &str) -> String {
         payload
@@ -325,12 +374,51 @@ mod cube {
             self.max_buffers
         }
 
+        fn on_device_thread(&self, task: &mut (dyn FnMut() + Send)) {
+            // CubeCL's device handle runs a task it is given on its runner thread directly when
+            // the caller is that thread: inside this exclusive task, every allocation and
+            // launch of the replay is a call, not a message through the runner's queue.
+            let mut ran = false;
+            let sent = self.client.exclusive(|| {
+                ran = true;
+                task()
+            });
+            if sent.is_err() && !ran {
+                // The runner is gone: the replay's own calls report it.
+                task()
+            }
+        }
+
+        fn slab(&self, bytes: &[u64]) -> Option<Vec<CubeTensor<R>>> {
+            let descriptors = bytes
+                .iter()
+                .map(|b| MemoryLayoutDescriptor::contiguous([*b as usize].into(), 1))
+                .collect();
+            let buffers = self.client.empty_tensors(descriptors);
+            Some(
+                buffers
+                    .into_iter()
+                    .zip(bytes)
+                    .map(|(layout, b)| {
+                        CubeTensor::new(
+                            self.client.clone(),
+                            layout.memory,
+                            Metadata::new(Shape::new([*b as usize]), layout.strides),
+                            self.device.clone(),
+                            DType::U8,
+                        )
+                    })
+                    .collect(),
+            )
+        }
+
         fn pointwise(
             &self,
             kernel: &PointwiseKernel,
             shape: &Shape,
             inputs: &[CubeTensor<R>],
             scalars: &[f64],
+            into: &[Option<&CubeTensor<R>>],
         ) -> Result<Vec<CubeTensor<R>>, String> {
             let outputs: Vec<CubeTensor<R>> = (0..kernel.outputs as usize)
                 .map(|o| {
@@ -340,12 +428,15 @@ mod cube {
                         let last = out_shape.num_dims() - 1;
                         out_shape[last] = 1;
                     }
-                    empty_device_contiguous_dtype(
-                        self.client.clone(),
-                        self.device.clone(),
-                        out_shape,
-                        kernel.dtype,
-                    )
+                    match into.get(o).copied().flatten() {
+                        Some(slot) => in_slot(slot, out_shape, kernel.dtype),
+                        None => empty_device_contiguous_dtype(
+                            self.client.clone(),
+                            self.device.clone(),
+                            out_shape,
+                            kernel.dtype,
+                        ),
+                    }
                 })
                 .collect();
             let len = shape.num_elements();

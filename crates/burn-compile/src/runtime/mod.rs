@@ -7,6 +7,7 @@ mod cublaslt;
 mod executor;
 mod inner;
 mod kernels;
+pub(crate) mod profile;
 
 pub(crate) use cache::{Accepts, PlanCache, execute, execute_one};
 pub(crate) use executor::Executor;

@@ -643,6 +643,21 @@ impl CudaServer {
             let task = unsafe {
                 Box::from_raw(Box::into_raw(kernel) as *mut crate::external::ExternalTask)
             };
+            let outputs = task.take_outputs();
+            if !outputs.is_empty() {
+                // As `initialize_memory` does for each, in this one task.
+                let mut command = self.command_no_inputs(
+                    stream_id,
+                    StreamErrorMode {
+                        ignore: true,
+                        flush: false,
+                    },
+                )?;
+                for (memory, size) in outputs {
+                    let reserved = command.reserve(size).map_err(ServerError::from)?;
+                    command.bind(reserved, memory);
+                }
+            }
             let mut command = self.command(
                 stream_id,
                 bindings.buffers.iter(),

@@ -1,0 +1,67 @@
+//! Host time per replayed step, by kind (`BURN_COMPILE_PROFILE_REPLAY=1`).
+//!
+//! A replay is host-bound when the GPU waits for launches; this says which steps the host time
+//! goes to. Each step is timed from the replay's side: with `replay_on_device_thread` on, that
+//! includes the runtime's own work for the step (allocation, argument resolution, the driver
+//! call), since it runs inline there; off, only the time to hand it over (which stretches to
+//! the runtime's pace once its queue is full). Off by default: the clock reads cost ~50 ns a
+//! step.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+static ON: AtomicBool = AtomicBool::new(false);
+static TABLE: Mutex<Vec<StepTime>> = Mutex::new(Vec::new());
+
+/// Time spent replaying one kind of step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepTime {
+    /// `kernel (row)`, `kernel (pointwise)`, `library matmul`, `attention`, or the operation an
+    /// eager step runs (`BaseFloat.Reshape`, …).
+    pub step: String,
+    /// Steps of this kind replayed.
+    pub count: u64,
+    /// Their total host time.
+    pub total: Duration,
+}
+
+/// Whether steps are timed (read once from `BURN_COMPILE_PROFILE_REPLAY`, or set by
+/// [`set_replay_profiling`]).
+pub(crate) fn on() -> bool {
+    static INIT: std::sync::Once = std::sync::Once::new();
+    INIT.call_once(|| {
+        if std::env::var("BURN_COMPILE_PROFILE_REPLAY").is_ok_and(|v| v == "1" || v == "true") {
+            ON.store(true, Ordering::Relaxed);
+        }
+    });
+    ON.load(Ordering::Relaxed)
+}
+
+/// Turns step timing on or off for the process.
+pub fn set_replay_profiling(on: bool) {
+    let _ = self::on();
+    ON.store(on, Ordering::Relaxed);
+}
+
+pub(crate) fn record(step: &str, elapsed: Duration) {
+    let mut table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    match table.iter_mut().find(|s| s.step == step) {
+        Some(s) => {
+            s.count += 1;
+            s.total += elapsed;
+        }
+        None => table.push(StepTime {
+            step: step.to_string(),
+            count: 1,
+            total: elapsed,
+        }),
+    }
+}
+
+/// The step times so far, largest total first, and resets them.
+pub fn take_replay_profile() -> Vec<StepTime> {
+    let mut table = std::mem::take(&mut *TABLE.lock().unwrap_or_else(|e| e.into_inner()));
+    table.sort_by_key(|s| std::cmp::Reverse(s.total));
+    table
+}
