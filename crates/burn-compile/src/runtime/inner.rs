@@ -108,10 +108,9 @@ impl<B: BackendIr> InnerDevice<B> {
         }
     }
 
-    /// Runs a fused group: its kernel, or, when the kernel cannot be compiled or launched, its
-    /// operations one by one on the inner backend (after a warning; an error when strict).
     /// The buffers of a replay's memory plan (`bytes` per slot), reserved in one call; empty
-    /// when there is nothing to plan or the target has no slabs.
+    /// when there is nothing to plan or the target has no slabs (every output is then
+    /// allocated on its own).
     pub fn slab(&self, bytes: &[u64]) -> Vec<B::FloatTensorPrimitive> {
         match &self.kernels {
             Some(target) if !bytes.is_empty() => target.slab(bytes).unwrap_or_default(),
@@ -119,6 +118,10 @@ impl<B: BackendIr> InnerDevice<B> {
         }
     }
 
+    /// Runs a fused group: its kernel (output `o` written into the slot buffer `into[o]` when
+    /// the memory plan gives one), or, when the kernel cannot be compiled or launched, its
+    /// operations one by one on the inner backend (after a warning; an error when strict; their
+    /// outputs allocated on their own).
     pub fn fused(
         &self,
         ops: &[OperationIr],
