@@ -238,12 +238,17 @@ fn print_replay_profile(system: &str, dtype: &str, phase: &str, calls: usize) {
     if profile.is_empty() {
         return;
     }
-    let total: f64 = profile.iter().map(|s| s.total.as_secs_f64()).sum();
+    // Parts (`step / part`) are inside their step's time.
+    let total: f64 = profile
+        .iter()
+        .filter(|s| !s.part)
+        .map(|s| s.total.as_secs_f64())
+        .sum();
     eprintln!(
         "{system} {dtype} {phase}: replay host time per call {:.3} ms, by step:",
         total * 1e3 / calls as f64
     );
-    for s in profile.iter().take(16) {
+    for s in profile.iter().take(24) {
         eprintln!(
             "  {:>8.1} µs  {:>5.1} per call  {:>6.2} µs each  {}",
             s.total.as_secs_f64() * 1e6 / calls as f64,

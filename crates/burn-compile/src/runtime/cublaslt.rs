@@ -143,10 +143,12 @@ impl CuBlasLt {
         let (g, inputs) = match layout(inputs) {
             Some(g) => (g, inputs),
             None => {
-                contiguous = inputs
-                    .iter()
-                    .map(|t| burn_cubecl::kernel::into_contiguous(t.clone()))
-                    .collect();
+                contiguous = super::profile::part("library matmul", "operand copies", || {
+                    inputs
+                        .iter()
+                        .map(|t| burn_cubecl::kernel::into_contiguous(t.clone()))
+                        .collect()
+                });
                 match layout(&contiguous) {
                     Some(g) => (g, &contiguous[..]),
                     None => return Ok(None),
@@ -249,11 +251,13 @@ impl CuBlasLt {
             ),
             fresh.as_slice(),
         );
-        client.launch(
-            Box::new(task),
-            CubeCount::Static(1, 1, 1),
-            KernelArguments::new().with_buffers(buffers),
-        );
+        super::profile::part("library matmul", "call", || {
+            client.launch(
+                Box::new(task),
+                CubeCount::Static(1, 1, 1),
+                KernelArguments::new().with_buffers(buffers),
+            )
+        });
         Ok(Some(out))
     }
 }

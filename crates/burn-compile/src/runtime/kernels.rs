@@ -274,6 +274,34 @@ mod cube {
                 device: device.clone(),
             }
         }
+
+        /// The outputs of `kernel` over `shape`: in their slots when given, else new.
+        fn outputs(
+            &self,
+            kernel: &PointwiseKernel,
+            shape: &Shape,
+            into: &[Option<&CubeTensor<R>>],
+        ) -> Vec<CubeTensor<R>> {
+            (0..kernel.outputs as usize)
+                .map(|o| {
+                    // A row kernel's row outputs have the row shape `[R…, 1]`.
+                    let mut out_shape = shape.clone();
+                    if kernel.row.as_ref().is_some_and(|r| r.row_outputs[o]) {
+                        let last = out_shape.num_dims() - 1;
+                        out_shape[last] = 1;
+                    }
+                    match into.get(o).copied().flatten() {
+                        Some(slot) => in_slot(slot, out_shape, kernel.dtype),
+                        None => empty_device_contiguous_dtype(
+                            self.client.clone(),
+                            self.device.clone(),
+                            out_shape,
+                            kernel.dtype,
+                        ),
+                    }
+                })
+                .collect()
+        }
     }
 
     /// cubek's flash-attention kernels, in order of preference: the tensor-core (CMMA)
@@ -420,45 +448,39 @@ mod cube {
             scalars: &[f64],
             into: &[Option<&CubeTensor<R>>],
         ) -> Result<Vec<CubeTensor<R>>, String> {
-            let outputs: Vec<CubeTensor<R>> = (0..kernel.outputs as usize)
-                .map(|o| {
-                    // A row kernel's row outputs have the row shape `[R…, 1]`.
-                    let mut out_shape = shape.clone();
-                    if kernel.row.as_ref().is_some_and(|r| r.row_outputs[o]) {
-                        let last = out_shape.num_dims() - 1;
-                        out_shape[last] = 1;
-                    }
-                    match into.get(o).copied().flatten() {
-                        Some(slot) => in_slot(slot, out_shape, kernel.dtype),
-                        None => empty_device_contiguous_dtype(
-                            self.client.clone(),
-                            self.device.clone(),
-                            out_shape,
-                            kernel.dtype,
-                        ),
-                    }
-                })
-                .collect();
+            let step = if kernel.row.is_some() {
+                "kernel (row)"
+            } else {
+                "kernel (pointwise)"
+            };
+            let outputs = crate::runtime::profile::part(step, "outputs", || {
+                self.outputs(kernel, shape, into)
+            });
             let len = shape.num_elements();
             // CubeCL compiles a kernel at its first launch and panics when the compiler
             // refuses it: that is a failed compile, reported to the caller (which falls back).
-            let launched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match kernel
-                .dtype
-            {
-                DType::F32 => {
-                    launch::<R, f32>(&self.client, kernel, inputs, scalars, &outputs, len)
-                }
-                DType::F16 => {
-                    launch::<R, half::f16>(&self.client, kernel, inputs, scalars, &outputs, len)
-                }
-                DType::BF16 => {
-                    launch::<R, half::bf16>(&self.client, kernel, inputs, scalars, &outputs, len)
-                }
-                DType::F64 => {
-                    launch::<R, f64>(&self.client, kernel, inputs, scalars, &outputs, len)
-                }
-                dtype => unreachable!("the plan only keeps accepted kernels, not {dtype:?}"),
-            }));
+            let launched = crate::runtime::profile::part(step, "launch", || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match kernel.dtype {
+                    DType::F32 => {
+                        launch::<R, f32>(&self.client, kernel, inputs, scalars, &outputs, len)
+                    }
+                    DType::F16 => {
+                        launch::<R, half::f16>(&self.client, kernel, inputs, scalars, &outputs, len)
+                    }
+                    DType::BF16 => launch::<R, half::bf16>(
+                        &self.client,
+                        kernel,
+                        inputs,
+                        scalars,
+                        &outputs,
+                        len,
+                    ),
+                    DType::F64 => {
+                        launch::<R, f64>(&self.client, kernel, inputs, scalars, &outputs, len)
+                    }
+                    dtype => unreachable!("the plan only keeps accepted kernels, not {dtype:?}"),
+                }))
+            });
             launched
                 .map(|_| outputs)
                 .map_err(|payload| panic_message(payload, "the kernel launch"))

@@ -24,6 +24,8 @@ pub struct StepTime {
     pub count: u64,
     /// Their total host time.
     pub total: Duration,
+    /// A part of another kind's steps (`"<step> / <part>"`): its time is also in that kind's.
+    pub part: bool,
 }
 
 /// Whether steps are timed (read once from `BURN_COMPILE_PROFILE_REPLAY`, or set by
@@ -45,6 +47,21 @@ pub fn set_replay_profiling(on: bool) {
 }
 
 pub(crate) fn record(step: &str, elapsed: Duration) {
+    add(step, elapsed, false);
+}
+
+/// Times `f` as part `part` of the steps of kind `step`, when profiling.
+pub(crate) fn part<T>(step: &str, part: &str, f: impl FnOnce() -> T) -> T {
+    if !on() {
+        return f();
+    }
+    let start = std::time::Instant::now();
+    let out = f();
+    add(&format!("{step} / {part}"), start.elapsed(), true);
+    out
+}
+
+fn add(step: &str, elapsed: Duration, part: bool) {
     let mut table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     match table.iter_mut().find(|s| s.step == step) {
         Some(s) => {
@@ -55,6 +72,7 @@ pub(crate) fn record(step: &str, elapsed: Duration) {
             step: step.to_string(),
             count: 1,
             total: elapsed,
+            part,
         }),
     }
 }
