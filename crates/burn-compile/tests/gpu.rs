@@ -96,6 +96,7 @@ fn wgpu_pointwise_chain_is_one_kernel_and_matches_eager() {
     if !adapter_available() {
         return;
     }
+    let _config = default_config_lock(); // asserts a cache hit (the config is in the key)
     let device = Default::default();
     let (x, b) = (data([6, 6], 11), data([1, 6], 12));
     let on = |d: &TensorData| Tensor::<C, 2>::from_data(d.clone(), &device);
@@ -238,6 +239,9 @@ fn gpu_an_intermediate_between_kernels_lives_in_the_replays_buffer_and_matches_e
             .map(|d| Tensor::from_data(d.clone(), device))
             .collect()
     }
+    // Replays are asserted to hit the plan cache: no other test may change the device's
+    // config (part of the cache key) meanwhile.
+    let _config = default_config_lock();
     let eager = wide_sum(&on::<Eager>(&inputs, &device)).into_data();
     let xs = on::<C>(&inputs, &device);
     let (got, report) = explain(|| wide_sum(&xs).into_data());
@@ -608,6 +612,7 @@ fn gpu_linear_relu_is_one_library_matmul_and_matches_eager() {
     if !adapter_available() {
         return;
     }
+    let _config = default_config_lock(); // asserts a cache hit (the config is in the key)
     let device = Default::default();
     let d = ff_data();
     let params = ff_params::<C>(&d, &device);
