@@ -42,6 +42,7 @@ fn wgpu_forward_matches_eager_and_replays_from_cache() {
     if !adapter_available() {
         return;
     }
+    let _config = default_config_lock(); // asserts a cache hit (the config is in the key)
     let (x, w, b) = (data([8, 16], 1), data([16, 16], 2), data([1, 16], 3));
     support::wgpu::check_forward::<C, Eager>(x, w, b);
 }
