@@ -155,7 +155,12 @@ impl CuBlasLt {
                 }
             }
         };
-        let aligned = |t: &Tensor| t.handle.offset_start.unwrap_or(0) % ALIGNMENT as u64 == 0;
+        let aligned = |t: &Tensor| {
+            t.handle
+                .offset_start
+                .unwrap_or(0)
+                .is_multiple_of(ALIGNMENT as u64)
+        };
         if !inputs.iter().all(aligned) {
             return Ok(None);
         }
@@ -209,29 +214,29 @@ impl CuBlasLt {
         // The output: in the memory plan's slot, or reserved by the server inside the call's
         // own task (one device-thread task per matmul, not two) — a handle no client has seen,
         // bound before the bindings are resolved.
-        let fresh = match into {
-            Some(_) => None,
+        let (out, fresh) = match into {
+            Some(slot) => (
+                super::kernels::in_slot(slot, out_shape.clone(), group.dtype),
+                None,
+            ),
             None => {
                 let bytes = (out_shape.num_elements() * group.dtype.size()) as u64;
                 let reserved = bytes
                     .next_multiple_of(ALIGNMENT as u64)
                     .max(ALIGNMENT as u64);
-                Some(Buffer::new(
+                let handle = Buffer::new(
                     burn_cubecl::cubecl::stream_id::StreamId::current(),
                     reserved,
-                ))
+                );
+                let out = CubeTensor::new_contiguous(
+                    client.clone(),
+                    first.device.clone(),
+                    out_shape.clone(),
+                    handle.clone(),
+                    group.dtype,
+                );
+                (out, Some(handle))
             }
-        };
-        let out = match (&fresh, into) {
-            (Some(handle), _) => CubeTensor::new_contiguous(
-                client.clone(),
-                first.device.clone(),
-                out_shape.clone(),
-                handle.clone(),
-                group.dtype,
-            ),
-            (None, Some(slot)) => super::kernels::in_slot(slot, out_shape.clone(), group.dtype),
-            (None, None) => unreachable!("a fresh handle is made when no slot is given"),
         };
         let mut buffers = vec![
             inputs[g.a.input].handle.clone().binding(),
@@ -271,7 +276,7 @@ fn enqueue(
     stream: cudarc::driver::sys::CUstream,
     pointers: &[u64],
 ) -> Result<(), String> {
-    if pointers.iter().any(|p| p % ALIGNMENT as u64 != 0) {
+    if pointers.iter().any(|p| !p.is_multiple_of(ALIGNMENT as u64)) {
         return Err(err(format!(
             "an operand is not {ALIGNMENT}-byte aligned: {pointers:x?}"
         )));
