@@ -248,7 +248,7 @@ fn print_replay_profile(system: &str, dtype: &str, phase: &str, calls: usize) {
         "{system} {dtype} {phase}: replay host time per call {:.3} ms, by step:",
         total * 1e3 / calls as f64
     );
-    for s in profile.iter().take(24) {
+    for s in profile.iter().take(40) {
         eprintln!(
             "  {:>8.1} µs  {:>5.1} per call  {:>6.2} µs each  {}",
             s.total.as_secs_f64() * 1e6 / calls as f64,

@@ -92,3 +92,63 @@ impl CubeTask<CudaCompiler> for ExternalTask {
         })
     }
 }
+
+/// burn-compile patch: host time of the server's launch path, by part, for burn-compile's
+/// replay profile (`BURN_COMPILE_PROFILE_REPLAY=1`). Off by default: one relaxed load per
+/// launch.
+pub mod profile {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::Instant;
+
+    /// The parts of `launch_checked` that are timed, in order.
+    pub const PARTS: [&str; 8] = [
+        "kernel: id, streams and bindings",
+        "kernel: metadata upload",
+        "kernel: resources",
+        "kernel: compile lookup and launch",
+        "kernel: whole",
+        "external: output reservation",
+        "external: streams and pointers",
+        "external: call",
+    ];
+
+    static ON: AtomicBool = AtomicBool::new(false);
+    static NANOS: [AtomicU64; PARTS.len()] = [const { AtomicU64::new(0) }; PARTS.len()];
+    static COUNTS: [AtomicU64; PARTS.len()] = [const { AtomicU64::new(0) }; PARTS.len()];
+
+    /// Turns the timing on or off.
+    pub fn set_enabled(on: bool) {
+        ON.store(on, Ordering::Relaxed);
+    }
+
+    /// A start time when timing.
+    #[inline]
+    pub(crate) fn start() -> Option<Instant> {
+        ON.load(Ordering::Relaxed).then(Instant::now)
+    }
+
+    /// Adds the time since `start` to part `part` (an index of [`PARTS`]).
+    #[inline]
+    pub(crate) fn stop(part: usize, start: Option<Instant>) {
+        if let Some(start) = start {
+            NANOS[part].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            COUNTS[part].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `(part, count, nanoseconds)` of each part timed since the last call; resets them.
+    pub fn take() -> Vec<(&'static str, u64, u64)> {
+        PARTS
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                (
+                    *name,
+                    COUNTS[i].swap(0, Ordering::Relaxed),
+                    NANOS[i].swap(0, Ordering::Relaxed),
+                )
+            })
+            .filter(|(_, count, _)| *count > 0)
+            .collect()
+    }
+}

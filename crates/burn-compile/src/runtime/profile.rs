@@ -35,6 +35,7 @@ pub(crate) fn on() -> bool {
     INIT.call_once(|| {
         if std::env::var("BURN_COMPILE_PROFILE_REPLAY").is_ok_and(|v| v == "1" || v == "true") {
             ON.store(true, Ordering::Relaxed);
+            server_timing(true);
         }
     });
     ON.load(Ordering::Relaxed)
@@ -44,6 +45,17 @@ pub(crate) fn on() -> bool {
 pub fn set_replay_profiling(on: bool) {
     let _ = self::on();
     ON.store(on, Ordering::Relaxed);
+    server_timing(on);
+}
+
+/// CUDA: the patched CubeCL server times its launch path too (vendor/README.md); its parts are
+/// reported as `cubecl server / <part>`, on the device thread's clock (with
+/// `replay_on_device_thread` off they overlap the replay's own time).
+fn server_timing(on: bool) {
+    #[cfg(feature = "cuda")]
+    cubecl_cuda::external::profile::set_enabled(on);
+    #[cfg(not(feature = "cuda"))]
+    let _ = on;
 }
 
 pub(crate) fn record(step: &str, elapsed: Duration) {
@@ -80,6 +92,17 @@ fn add(step: &str, elapsed: Duration, part: bool) {
 /// The step times so far, largest total first, and resets them.
 pub fn take_replay_profile() -> Vec<StepTime> {
     let mut table = std::mem::take(&mut *TABLE.lock().unwrap_or_else(|e| e.into_inner()));
+    #[cfg(feature = "cuda")]
+    table.extend(
+        cubecl_cuda::external::profile::take()
+            .into_iter()
+            .map(|(part, count, nanos)| StepTime {
+                step: format!("cubecl server / {part}"),
+                count,
+                total: Duration::from_nanos(nanos),
+                part: true,
+            }),
+    );
     table.sort_by_key(|s| std::cmp::Reverse(s.total));
     table
 }

@@ -637,12 +637,15 @@ impl CudaServer {
         mode: ExecutionMode,
         stream_id: StreamId,
     ) -> Result<(), ServerError> {
+        // burn-compile patch: the launch path's parts timed for burn-compile's replay profile.
+        use crate::external::profile;
         // burn-compile patch: an external library call, enqueued on the current stream.
         if kernel.name() == crate::external::ExternalTask::task_name() {
             // SAFETY: only `ExternalTask` has this name (its own type name), so the task is one.
             let task = unsafe {
                 Box::from_raw(Box::into_raw(kernel) as *mut crate::external::ExternalTask)
             };
+            let timer = profile::start();
             let outputs = task.take_outputs();
             if !outputs.is_empty() {
                 // As `initialize_memory` does for each, in this one task.
@@ -658,6 +661,8 @@ impl CudaServer {
                     command.bind(reserved, memory);
                 }
             }
+            profile::stop(5, timer);
+            let timer = profile::start();
             let mut command = self.command(
                 stream_id,
                 bindings.buffers.iter(),
@@ -671,14 +676,19 @@ impl CudaServer {
                 pointers.push(command.resource(binding)?.ptr);
             }
             let stream = command.streams.current().sys;
+            profile::stop(6, timer);
+            let timer = profile::start();
             if let Some(call) = task.take() {
                 call(stream, &pointers).map_err(|reason| ServerError::Generic {
                     reason,
                     backtrace: BackTrace::capture(),
                 })?;
             }
+            profile::stop(7, timer);
             return Ok(());
         }
+        let whole = profile::start();
+        let timer = profile::start();
         let mut kernel_id = kernel.id();
         let logger = self.streams.logger.clone();
         kernel_id.mode(mode);
@@ -696,6 +706,8 @@ impl CudaServer {
             },
         )?;
 
+        profile::stop(0, timer);
+        let timer = profile::start();
         let count = match count {
             CubeCount::Static(x, y, z) => (x, y, z),
             // TODO: CUDA doesn't have an exact equivalent of dynamic dispatch. Instead, kernels are free to launch other kernels.
@@ -734,6 +746,8 @@ impl CudaServer {
             }
             (None, handle)
         };
+        profile::stop(1, timer);
+        let timer = profile::start();
 
         let mut resources = bindings
             .tensor_maps
@@ -908,6 +922,8 @@ impl CudaServer {
                 .into_iter()
                 .map(|s| command.resource(s.binding()).expect("Resource to exist")),
         );
+        profile::stop(2, timer);
+        let timer = profile::start();
 
         command.kernel(
             kernel_id,
@@ -919,6 +935,8 @@ impl CudaServer {
             info_const,
             logger,
         )?;
+        profile::stop(3, timer);
+        profile::stop(4, whole);
 
         Ok(())
     }
