@@ -778,6 +778,46 @@ fn gpu_attention_with_another_scale_keeps_its_parts_and_matches_eager() {
     got.assert_approx_eq::<f32>(&run_attention::<Eager>(&d, 0.3, &device), tol());
 }
 
+/// `[b, s, h·d]` split into heads as Burn's MultiHeadAttention does: `[b, h, s, d]`, a view whose
+/// batch and head dimensions do not fold into one stride.
+fn split_heads<B: Backend>(x: Tensor<B, 3>, heads: usize) -> Tensor<B, 4> {
+    let [b, s, m] = x.dims();
+    x.reshape([b, s, heads, m / heads]).swap_dims(1, 2)
+}
+
+/// Attention parts (another scale: no attention op) over heads split from the model dimension,
+/// queries and keys of different lengths: the library products read q, kᵀ (a transposed view)
+/// and v through copies whose batch folds (on CUDA one generated kernel per shape); values and
+/// inputs as eager's.
+#[test]
+fn gpu_attention_parts_over_heads_split_from_the_model_dimension_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let device = Default::default();
+    let (xq, xkv) = (
+        support::float_data(&[2, 8, 32], 91, -1.0, 1.0),
+        support::float_data(&[2, 12, 32], 92, -1.0, 1.0),
+    );
+    fn run<B: Backend>(xq: &TensorData, xkv: &TensorData, device: &B::Device) -> TensorData {
+        let q = Tensor::<B, 3>::from_data(xq.clone(), device);
+        let kv = Tensor::<B, 3>::from_data(xkv.clone(), device);
+        let (q, k, v) = (
+            split_heads(q, 4),
+            split_heads(kv.clone(), 4),
+            split_heads(kv * 0.5, 4),
+        );
+        attention(q, k, v, 0.3).swap_dims(1, 2).into_data()
+    }
+    let eager = run::<Eager>(&xq, &xkv, &device);
+    // The first run and a replay.
+    for _ in 0..2 {
+        let (got, report) = explain(|| run::<C>(&xq, &xkv, &device));
+        assert_eq!(report.attention_kernels, 0, "{report}");
+        got.assert_approx_eq::<f32>(&eager, tol());
+    }
+}
+
 /// Burn's own MultiHeadAttention (d_model 32, 4 heads, sequence 8), the same weights on both
 /// sides: without a mask the attention op fires, with a padding mask the parts run.
 #[test]

@@ -1,80 +1,75 @@
-//! Launching a pointwise kernel on any CubeCL runtime.
+//! Launching a pointwise or row kernel on any CubeCL runtime.
 
 use crate::pointwise::pointwise;
 use crate::row::row;
-use crate::{POINTWISE_CUBE, Reduction, cube_dim};
+use crate::{KernelSpec, LaunchLayout, POINTWISE_CUBE, Reduction, cube_dim};
 use burn_compile_schedule::PointwiseKernel;
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 
-/// Launches `kernel` over `len` elements: `inputs` read through their own strides, `outputs`
-/// contiguous with the iteration shape (output 0 gives it; for a row kernel, each output has
-/// the iteration shape or, for a row output, its row shape `[R…, 1]`), `scalars` in kernel
-/// order.
+/// Launches `kernel` over `layout` (compiled into the kernel: its shape, each input's strides):
+/// `inputs` are buffers read through those strides, `outputs` buffers contiguous in the
+/// iteration shape (for a row kernel, a row output is contiguous in its row shape `[R…, 1]`),
+/// `scalars` in kernel order. The buffers are plain arrays: the kernel reads no metadata, so the
+/// launch uploads none.
 ///
 /// # Safety
-/// The arguments must match the kernel: one tensor per kernel input and output, shapes of the
-/// kernel's rank (each input's dimension equal to the output's or 1 where the kernel broadcasts
-/// it), `len` the number of elements of each output. The kernel is launched unchecked.
+/// The arguments must match the kernel: one buffer per kernel input and output, each input
+/// holding every element `layout` reads from it, each output the elements of its shape. The
+/// kernel is launched unchecked.
 pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
     client: &ComputeClient<R>,
     kernel: &PointwiseKernel,
-    inputs: Vec<TensorArg<R>>,
+    layout: &LaunchLayout,
+    inputs: Vec<ArrayArg<R>>,
     scalars: Vec<E>,
-    outputs: Vec<TensorArg<R>>,
-    len: usize,
+    outputs: Vec<ArrayArg<R>>,
 ) {
     assert_eq!(
         inputs.len(),
         kernel.inputs.len(),
-        "one tensor per kernel input"
+        "one buffer per kernel input"
     );
     assert_eq!(
         outputs.len(),
         kernel.outputs as usize,
-        "one tensor per output"
+        "one buffer per output"
     );
     assert_eq!(
         scalars.len(),
         kernel.scalars as usize,
         "one value per scalar"
     );
+    assert_eq!(
+        layout.strides.len(),
+        kernel.inputs.len(),
+        "strides per kernel input"
+    );
     let cube_dim = cube_dim(kernel);
-    let inputs: SequenceArg<R, Tensor<E>> = inputs.into_iter().collect();
+    let spec = KernelSpec::cached(kernel, layout);
+    let inputs: SequenceArg<R, Array<E>> = inputs.into_iter().collect();
     let scalars: SequenceArg<R, E> = scalars.into_iter().collect();
-    let outputs: SequenceArg<R, Tensor<E>> = outputs.into_iter().collect();
-    if let Some(layout) = &kernel.row {
+    let outputs: SequenceArg<R, Array<E>> = outputs.into_iter().collect();
+    if let Some(rows) = &kernel.row {
+        assert_eq!(rows.shape, layout.shape, "a row kernel over its own shape");
         // `rows_per_cube` rows per cube; past 65535 cubes (wgpu's limit per dimension) the
         // grid spills into y.
-        let cubes = layout.rows().div_ceil(layout.rows_per_cube as usize);
+        let cubes = rows.rows().div_ceil(rows.rows_per_cube as usize);
         let x = cubes.clamp(1, 65535);
         let cube_count = CubeCount::Static(x as u32, cubes.div_ceil(x) as u32, 1);
-        let reduction = Reduction::for_device(client.properties(), layout);
+        let reduction = Reduction::for_device(client.properties(), rows);
         unsafe {
             row::launch_unchecked::<E, R>(
-                client,
-                cube_count,
-                cube_dim,
-                inputs,
-                scalars,
-                outputs,
-                kernel.clone(),
-                reduction,
+                client, cube_count, cube_dim, inputs, scalars, outputs, spec, reduction,
             );
         }
         return;
     }
-    let cubes = len.div_ceil(POINTWISE_CUBE as usize) as u32;
+    let cubes = layout.len().div_ceil(POINTWISE_CUBE as usize) as u32;
     let cube_count = CubeCount::Static(cubes.max(1), 1, 1);
     unsafe {
         pointwise::launch_unchecked::<E, R>(
-            client,
-            cube_count,
-            cube_dim,
-            inputs,
-            scalars,
-            outputs,
-            kernel.clone(),
+            client, cube_count, cube_dim, inputs, scalars, outputs, spec,
         );
     }
 }

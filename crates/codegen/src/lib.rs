@@ -12,6 +12,180 @@ pub mod row;
 pub use launch::launch_pointwise;
 pub use row::Reduction;
 
+/// What a launch compiles into a kernel besides its program: the iteration shape and each
+/// input's element strides. Both are compile-time constants of the generated code, so a kernel
+/// reads no shape or stride at run time: its arguments are plain buffers, and a launch uploads
+/// no metadata (CubeCL copies a tensor argument's shape and strides to the device at every
+/// launch). Each distinct layout is a kernel of its own, compiled once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LaunchLayout {
+    /// The iteration shape (output 0's shape; a row kernel's `[R…, N]`).
+    pub shape: Vec<usize>,
+    /// Per input, its stride in elements along each dimension; 0 where the kernel broadcasts
+    /// the input along it (the stride is never read there).
+    pub strides: Vec<Vec<usize>>,
+}
+
+impl LaunchLayout {
+    /// The layout of `kernel` over `shape` with inputs of these `strides`; the strides of
+    /// broadcast dimensions are normalized to 0, so layouts that read the same elements are one
+    /// kernel.
+    pub fn new(kernel: &PointwiseKernel, shape: &[usize], strides: &[&[usize]]) -> Self {
+        assert_eq!(
+            shape.len(),
+            kernel.rank as usize,
+            "a shape of the kernel's rank"
+        );
+        assert_eq!(
+            strides.len(),
+            kernel.inputs.len(),
+            "strides per kernel input"
+        );
+        let strides = strides
+            .iter()
+            .zip(&kernel.inputs)
+            .map(|(s, broadcast)| {
+                assert_eq!(s.len(), shape.len(), "strides of the kernel's rank");
+                s.iter()
+                    .zip(broadcast)
+                    .map(|(&s, &b)| if b { 0 } else { s })
+                    .collect()
+            })
+            .collect();
+        Self {
+            shape: shape.to_vec(),
+            strides,
+        }
+    }
+
+    /// The layout of `kernel` over `shape` with every input contiguous in its own shape (the
+    /// iteration shape with broadcast dimensions of size 1).
+    pub fn contiguous(kernel: &PointwiseKernel, shape: &[usize]) -> Self {
+        let strides: Vec<Vec<usize>> = kernel
+            .inputs
+            .iter()
+            .map(|broadcast| {
+                let own: Vec<usize> = shape
+                    .iter()
+                    .zip(broadcast)
+                    .map(|(&d, &b)| if b { 1 } else { d })
+                    .collect();
+                contiguous_strides(&own)
+            })
+            .collect();
+        let refs: Vec<&[usize]> = strides.iter().map(|s| s.as_slice()).collect();
+        Self::new(kernel, shape, &refs)
+    }
+
+    /// Elements of the iteration space.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether the iteration space is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A kernel and the layout it is launched over: the one comptime argument of the generated
+/// kernels, cheap to hash, compare and clone. CubeCL clones a kernel's comptime arguments into
+/// every launch (the kernel and its id) and, on the server, hashes and compares them to find the
+/// compiled kernel (twice per launch); a spec is an `Arc` with its hash computed once, equal to
+/// itself by pointer. [`KernelSpec::cached`] gives launches of one kernel and layout one spec.
+#[derive(Clone)]
+pub struct KernelSpec(std::sync::Arc<SpecInner>);
+
+struct SpecInner {
+    kernel: PointwiseKernel,
+    layout: LaunchLayout,
+    hash: u64,
+}
+
+impl KernelSpec {
+    /// The spec of `kernel` over `layout`.
+    pub fn new(kernel: PointwiseKernel, layout: LaunchLayout) -> Self {
+        let hash = content_hash(&kernel, &layout);
+        Self(std::sync::Arc::new(SpecInner {
+            kernel,
+            layout,
+            hash,
+        }))
+    }
+
+    /// The spec of `kernel` over `layout`, one per process for equal contents (so that the
+    /// compiled kernel is found by pointer at every later launch).
+    pub fn cached(kernel: &PointwiseKernel, layout: &LaunchLayout) -> Self {
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+        static SPECS: Mutex<Option<HashMap<u64, Vec<KernelSpec>>>> = Mutex::new(None);
+        let hash = content_hash(kernel, layout);
+        let mut specs = SPECS.lock().unwrap_or_else(|e| e.into_inner());
+        let bucket = specs
+            .get_or_insert_with(HashMap::new)
+            .entry(hash)
+            .or_default();
+        if let Some(spec) = bucket
+            .iter()
+            .find(|s| s.0.kernel == *kernel && s.0.layout == *layout)
+        {
+            return spec.clone();
+        }
+        let spec = Self::new(kernel.clone(), layout.clone());
+        bucket.push(spec.clone());
+        spec
+    }
+
+    pub fn kernel(&self) -> &PointwiseKernel {
+        &self.0.kernel
+    }
+
+    pub fn layout(&self) -> &LaunchLayout {
+        &self.0.layout
+    }
+}
+
+/// One fast hash of a kernel and its layout.
+fn content_hash(kernel: &PointwiseKernel, layout: &LaunchLayout) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    kernel.hash(&mut h);
+    layout.hash(&mut h);
+    h.finish()
+}
+
+impl core::hash::Hash for KernelSpec {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0.hash);
+    }
+}
+
+impl PartialEq for KernelSpec {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.hash == other.0.hash
+                && self.0.kernel == other.0.kernel
+                && self.0.layout == other.0.layout)
+    }
+}
+
+impl Eq for KernelSpec {}
+
+impl core::fmt::Debug for KernelSpec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{:?} over {:?}", self.0.kernel, self.0.layout)
+    }
+}
+
+/// Row-major strides of `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    strides
+}
+
 use burn_backend::DType;
 use burn_compile_schedule::PointwiseKernel;
 use cubecl::prelude::*;
@@ -43,9 +217,11 @@ impl core::fmt::Display for CodegenError {
 
 impl std::error::Error for CodegenError {}
 
-/// The kernel definition of `kernel` with element type `E`, for the offline runtime `Fl`.
+/// The kernel definition of `kernel` over `layout` with element type `E`, for the offline
+/// runtime `Fl`.
 fn define<Fl: Flavor, E: Float + ScalarArgType>(
     kernel: &PointwiseKernel,
+    layout: &LaunchLayout,
 ) -> (cubecl::prelude::KernelDefinition, StorageType) {
     let client = OfflineRuntime::<Fl>::client(&StubDevice);
     let properties = Fl::device_properties();
@@ -53,23 +229,23 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
     let settings = KernelSettings::default()
         .cube_dim(cube_dim(kernel))
         .address_type(AddressType::U32);
-    let tensors = |n: usize| -> SequenceCompilationArg<Tensor<E>> {
+    let arrays = |n: usize| -> SequenceCompilationArg<Array<E>> {
         (0..n)
-            .map(|_| TensorCompilationArg { inplace: None })
+            .map(|_| ArrayCompilationArg { inplace: None })
             .collect()
     };
     let scalars = || -> SequenceCompilationArg<E> { (0..kernel.scalars).map(|_| ()).collect() };
     let (inputs, outputs) = (kernel.inputs.len(), kernel.outputs as usize);
-    if let Some(layout) = &kernel.row {
+    if let Some(row) = &kernel.row {
         // As the device the stub stands for would launch it.
-        let reduction = Reduction::for_device(&properties, layout);
+        let reduction = Reduction::for_device(&properties, row);
         let k = row::row::Row::<E, OfflineRuntime<Fl>>::new(
             settings,
             client,
-            tensors(inputs),
+            arrays(inputs),
             scalars(),
-            tensors(outputs),
-            kernel.clone(),
+            arrays(outputs),
+            KernelSpec::new(kernel.clone(), layout.clone()),
             reduction,
         );
         (k.define(), k.address_type())
@@ -77,10 +253,10 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
         let k = pointwise::pointwise::Pointwise::<E, OfflineRuntime<Fl>>::new(
             settings,
             client,
-            tensors(inputs),
+            arrays(inputs),
             scalars(),
-            tensors(outputs),
-            kernel.clone(),
+            arrays(outputs),
+            KernelSpec::new(kernel.clone(), layout.clone()),
         );
         (k.define(), k.address_type())
     }
@@ -95,14 +271,17 @@ pub fn cube_dim(kernel: &PointwiseKernel) -> CubeDim {
     }
 }
 
-/// The CUDA C++ source of `kernel`, as CubeCL's CUDA runtime compiles it (unchecked launch, fast
-/// math, grid constants).
-pub fn cuda_source(kernel: &PointwiseKernel) -> Result<String, CodegenError> {
+/// The CUDA C++ source of `kernel` over `layout`, as CubeCL's CUDA runtime compiles it
+/// (unchecked launch, fast math, grid constants).
+pub fn cuda_source(
+    kernel: &PointwiseKernel,
+    layout: &LaunchLayout,
+) -> Result<String, CodegenError> {
     let (definition, address) = match kernel.dtype {
-        DType::F32 | DType::Flex32 => define::<CudaFlavor, f32>(kernel),
-        DType::F16 => define::<CudaFlavor, half::f16>(kernel),
-        DType::BF16 => define::<CudaFlavor, half::bf16>(kernel),
-        DType::F64 => define::<CudaFlavor, f64>(kernel),
+        DType::F32 | DType::Flex32 => define::<CudaFlavor, f32>(kernel, layout),
+        DType::F16 => define::<CudaFlavor, half::f16>(kernel, layout),
+        DType::BF16 => define::<CudaFlavor, half::bf16>(kernel, layout),
+        DType::F64 => define::<CudaFlavor, f64>(kernel, layout),
         dtype => {
             return Err(CodegenError::UnsupportedDType {
                 dtype,
@@ -124,10 +303,14 @@ pub fn cuda_source(kernel: &PointwiseKernel) -> Result<String, CodegenError> {
         .map_err(|e| CodegenError::Compile(format!("{e:?}")))
 }
 
-/// The WGSL source of `kernel`, as CubeCL's wgpu runtime compiles it (unchecked launch).
-pub fn wgsl_source(kernel: &PointwiseKernel) -> Result<String, CodegenError> {
+/// The WGSL source of `kernel` over `layout`, as CubeCL's wgpu runtime compiles it (unchecked
+/// launch).
+pub fn wgsl_source(
+    kernel: &PointwiseKernel,
+    layout: &LaunchLayout,
+) -> Result<String, CodegenError> {
     let (definition, address) = match kernel.dtype {
-        DType::F32 | DType::Flex32 => define::<WgslFlavor, f32>(kernel),
+        DType::F32 | DType::Flex32 => define::<WgslFlavor, f32>(kernel, layout),
         dtype => {
             return Err(CodegenError::UnsupportedDType {
                 dtype,

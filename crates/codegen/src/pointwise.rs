@@ -2,11 +2,13 @@
 //! the kernel's program (CubeCL expands the comptime `#[unroll]` loops and `match`es into
 //! straight-line code, so each distinct program is its own kernel).
 //!
-//! Each unit computes one element of the iteration space: output 0 (contiguous, allocated by the
-//! plan) gives the coordinates, each input is read through its own strides (so views need no
-//! copy), skipping the dimensions it broadcasts.
+//! Each unit computes one element of the iteration space (the outputs are contiguous in it,
+//! allocated by the plan); each input is read through its own strides (so views need no copy),
+//! skipping the dimensions it broadcasts. Shape and strides are the launch's [`LaunchLayout`],
+//! constants of the generated code.
 
-use burn_compile_schedule::{BinaryOp, Constant, Instr, PointwiseKernel, UnaryOp};
+use crate::KernelSpec;
+use burn_compile_schedule::{BinaryOp, Constant, Instr, UnaryOp};
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 
@@ -14,24 +16,25 @@ use cubecl::prelude::*;
 #[allow(clippy::needless_range_loop)]
 #[cube(launch_unchecked)]
 pub fn pointwise<F: Float + ScalarArgType>(
-    inputs: &Sequence<Tensor<F>>,
+    inputs: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
-    outputs: &mut Sequence<Tensor<F>>,
-    #[comptime] kernel: &PointwiseKernel,
+    outputs: &mut Sequence<Array<F>>,
+    #[comptime] spec: &KernelSpec,
 ) {
+    let kernel = comptime![spec.kernel()];
+    let layout = comptime![spec.layout()];
     let pos = ABSOLUTE_POS;
     let rank = comptime![kernel.rank as usize];
-    // Coordinates of `pos` in the iteration space (the layout of output 0).
+    if pos >= comptime![layout.len()] {
+        terminate!();
+    }
+    // Coordinates of `pos` in the iteration space (row-major).
     let mut coords = Sequence::<usize>::new();
-    {
-        let reference = outputs.index(0usize);
-        if pos >= reference.len() {
-            terminate!();
-        }
-        #[unroll]
-        for d in 0..rank {
-            coords.push((pos / reference.stride(d)) % reference.shape(d));
-        }
+    #[unroll]
+    for d in 0..rank {
+        let inner = comptime![layout.shape[d + 1..].iter().product::<usize>()];
+        let size = comptime![layout.shape[d]];
+        coords.push((pos / inner) % size);
     }
     // Register k holds the k-th value produced by the program.
     let mut regs = Sequence::<F>::new();
@@ -46,8 +49,9 @@ pub fn pointwise<F: Float + ScalarArgType>(
                 let mut offset: usize = 0;
                 #[unroll]
                 for d in 0..rank {
+                    let stride = comptime![layout.strides[input as usize][d]];
                     if comptime![!broadcast[d]] {
-                        offset += *coords.index(d) * t.stride(d);
+                        offset += *coords.index(d) * stride;
                     }
                 }
                 regs.push(t[offset]);

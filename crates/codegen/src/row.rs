@@ -13,12 +13,15 @@
 //! next (each input is loaded once, each value computed once; the column loop is unrolled, so
 //! the loads of all columns are in flight together). A unit with more columns (rows longer
 //! than `KEPT × units`) streams them: each phase re-evaluates the program from the inputs.
+//!
+//! The inputs' strides are the launch's [`LaunchLayout`], constants of the generated code.
 
 use burn_compile_schedule::{Instr, PointwiseKernel, ReduceOp, RowLayout};
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 
 use crate::pointwise::compute;
+use crate::{KernelSpec, LaunchLayout};
 
 /// Most columns per unit whose values stay in registers between phases.
 pub const KEPT: usize = 32;
@@ -90,12 +93,14 @@ fn phase_of(kernel: &PointwiseKernel, at: usize) -> usize {
 #[allow(clippy::needless_range_loop, clippy::needless_borrow)]
 #[cube(launch_unchecked)]
 pub fn row<F: Float + ScalarArgType>(
-    inputs: &Sequence<Tensor<F>>,
+    inputs: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
-    outputs: &mut Sequence<Tensor<F>>,
-    #[comptime] kernel: &PointwiseKernel,
+    outputs: &mut Sequence<Array<F>>,
+    #[comptime] spec: &KernelSpec,
     #[comptime] reduction: Reduction,
 ) {
+    let kernel = comptime![spec.kernel()];
+    let launch = comptime![spec.layout()];
     let layout = comptime![layout(&kernel)];
     let rank = comptime![layout.shape.len()];
     let rows = comptime![layout.rows()];
@@ -113,15 +118,15 @@ pub fn row<F: Float + ScalarArgType>(
     #[unroll]
     for i in 0..kernel.inputs.len() {
         let broadcast = comptime![kernel.inputs[i].clone()];
-        let t = inputs.index(i);
         let mut offset: usize = 0;
         #[unroll]
         for d in 0..rank - 1 {
             // Coordinate of the row along dimension d (row-major over the row dimensions).
             let inner = comptime![layout.shape[d + 1..rank - 1].iter().product::<usize>()];
             let size = comptime![layout.shape[d]];
+            let stride = comptime![launch.strides[i][d]];
             if comptime![!broadcast[d]] {
-                offset += ((row / inner) % size) * t.stride(d);
+                offset += ((row / inner) % size) * stride;
             }
         }
         bases.push(offset);
@@ -140,6 +145,7 @@ pub fn row<F: Float + ScalarArgType>(
             &mut shared,
             row,
             kernel,
+            launch,
             reduction,
         );
     } else {
@@ -151,6 +157,7 @@ pub fn row<F: Float + ScalarArgType>(
             &mut shared,
             row,
             kernel,
+            launch,
             reduction,
         );
     }
@@ -166,13 +173,14 @@ pub fn row<F: Float + ScalarArgType>(
 )]
 #[cube]
 fn kept<F: Float + ScalarArgType>(
-    inputs: &Sequence<Tensor<F>>,
+    inputs: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
-    outputs: &mut Sequence<Tensor<F>>,
+    outputs: &mut Sequence<Array<F>>,
     bases: &Sequence<usize>,
     shared: &mut SharedMemory<f32>,
     row: usize,
     #[comptime] kernel: &PointwiseKernel,
+    #[comptime] launch: &LaunchLayout,
     #[comptime] reduction: Reduction,
 ) {
     let layout = comptime![layout(&kernel)];
@@ -212,6 +220,7 @@ fn kept<F: Float + ScalarArgType>(
                 &reduced,
                 clamp(col, columns, ragged),
                 kernel,
+                launch,
                 regs,
                 done,
                 at,
@@ -243,6 +252,7 @@ fn kept<F: Float + ScalarArgType>(
             &reduced,
             clamp(col, columns, ragged),
             kernel,
+            launch,
             regs,
             done,
             len,
@@ -267,13 +277,14 @@ fn kept<F: Float + ScalarArgType>(
 )]
 #[cube]
 fn streamed<F: Float + ScalarArgType>(
-    inputs: &Sequence<Tensor<F>>,
+    inputs: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
-    outputs: &mut Sequence<Tensor<F>>,
+    outputs: &mut Sequence<Array<F>>,
     bases: &Sequence<usize>,
     shared: &mut SharedMemory<f32>,
     row: usize,
     #[comptime] kernel: &PointwiseKernel,
+    #[comptime] launch: &LaunchLayout,
     #[comptime] reduction: Reduction,
 ) {
     let layout = comptime![layout(&kernel)];
@@ -291,7 +302,7 @@ fn streamed<F: Float + ScalarArgType>(
         for col in range_stepped(lane, columns, units) {
             let mut regs = Sequence::<F>::new();
             extend::<F>(
-                inputs, scalars, bases, &reduced, col, kernel, &mut regs, 0usize, at,
+                inputs, scalars, bases, &reduced, col, kernel, launch, &mut regs, 0usize, at,
             );
             shared[slot] = combine(shared[slot], f32::cast_from(*regs.index(a)), op);
         }
@@ -303,7 +314,7 @@ fn streamed<F: Float + ScalarArgType>(
     for col in range_stepped(lane, columns, units) {
         let mut regs = Sequence::<F>::new();
         extend::<F>(
-            inputs, scalars, bases, &reduced, col, kernel, &mut regs, 0usize, len,
+            inputs, scalars, bases, &reduced, col, kernel, launch, &mut regs, 0usize, len,
         );
         store::<F>(outputs, &regs, row, col, kernel, true);
     }
@@ -331,12 +342,13 @@ fn clamp(col: usize, #[comptime] columns: usize, #[comptime] ragged: bool) -> us
 )]
 #[cube]
 fn extend<F: Float + ScalarArgType>(
-    inputs: &Sequence<Tensor<F>>,
+    inputs: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
     bases: &Sequence<usize>,
     reduced: &Sequence<F>,
     col: usize,
     #[comptime] kernel: &PointwiseKernel,
+    #[comptime] launch: &LaunchLayout,
     regs: &mut Sequence<F>,
     #[comptime] start: usize,
     #[comptime] stop: usize,
@@ -350,10 +362,11 @@ fn extend<F: Float + ScalarArgType>(
                 let broadcast = comptime![kernel.inputs[input as usize][rank - 1]];
                 let t = inputs.index(comptime![input as usize]);
                 let base = *bases.index(comptime![input as usize]);
+                let stride = comptime![launch.strides[input as usize][rank - 1]];
                 if comptime![broadcast] {
                     regs.push(t[base]);
                 } else {
-                    regs.push(t[base + col * t.stride(rank - 1)]);
+                    regs.push(t[base + col * stride]);
                 }
             }
             Instr::Scalar { .. }
@@ -380,7 +393,7 @@ fn extend<F: Float + ScalarArgType>(
 )]
 #[cube]
 fn store<F: Float + ScalarArgType>(
-    outputs: &mut Sequence<Tensor<F>>,
+    outputs: &mut Sequence<Array<F>>,
     regs: &Sequence<F>,
     row: usize,
     col: usize,

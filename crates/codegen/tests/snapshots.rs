@@ -5,15 +5,30 @@
 mod support;
 
 use burn_backend::DType;
-use burn_compile_codegen::{CodegenError, cuda_source, wgsl_source};
+use burn_compile_codegen::{CodegenError, LaunchLayout};
 use burn_compile_schedule::{PointwiseKernel, UnaryOp};
 use support::{BINARY_OPS, UNARY_OPS, binary, unary};
 
-/// Snapshots both targets' code of `kernel` under `name`.
+/// The CUDA source of `kernel` over its snapshot layout ([`support::layout`]).
+fn cuda_source(kernel: &PointwiseKernel) -> Result<String, CodegenError> {
+    burn_compile_codegen::cuda_source(kernel, &support::layout(kernel))
+}
+
+/// The WGSL source of `kernel` over its snapshot layout.
+fn wgsl_source(kernel: &PointwiseKernel) -> Result<String, CodegenError> {
+    burn_compile_codegen::wgsl_source(kernel, &support::layout(kernel))
+}
+
+/// Snapshots both targets' code of `kernel` under `name`, over its snapshot layout.
 fn snapshot(name: &str, kernel: &PointwiseKernel) {
-    let cuda = cuda_source(kernel).expect("CUDA source");
-    let wgsl = wgsl_source(kernel).expect("WGSL source");
-    insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => format!("{kernel:?}") }, {
+    snapshot_over(name, kernel, &support::layout(kernel));
+}
+
+/// Snapshots both targets' code of `kernel` over `layout` under `name`.
+fn snapshot_over(name: &str, kernel: &PointwiseKernel, layout: &LaunchLayout) {
+    let cuda = burn_compile_codegen::cuda_source(kernel, layout).expect("CUDA source");
+    let wgsl = burn_compile_codegen::wgsl_source(kernel, layout).expect("WGSL source");
+    insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => format!("{kernel:?} over {layout:?}") }, {
         insta::assert_snapshot!(format!("{name}.cuda"), cuda);
         insta::assert_snapshot!(format!("{name}.wgsl"), wgsl);
     });
@@ -22,6 +37,30 @@ fn snapshot(name: &str, kernel: &PointwiseKernel) {
 #[test]
 fn pointwise_chain() {
     snapshot("pointwise_chain", &support::chain());
+}
+
+/// An input read through a transposed view (`[64, 128]` with strides `[1, 64]`): its strides
+/// are constants of the generated code, no copy is made.
+#[test]
+fn pointwise_transposed_input() {
+    let k = support::chain();
+    snapshot_over(
+        "pointwise_transposed_input",
+        &k,
+        &LaunchLayout::new(&k, &[64, 128], &[&[1, 64]]),
+    );
+}
+
+/// Layouts that read the same elements are one kernel: a broadcast dimension's stride is not
+/// part of it.
+#[test]
+fn a_broadcast_dimensions_stride_is_not_part_of_the_layout() {
+    let k = support::bias_relu();
+    let a = LaunchLayout::new(&k, &[64, 128], &[&[128, 1], &[128, 1]]);
+    let b = LaunchLayout::new(&k, &[64, 128], &[&[128, 1], &[0, 1]]);
+    assert_eq!(a, b);
+    assert_eq!(a.strides[1], vec![0, 1]);
+    assert_ne!(a, LaunchLayout::new(&k, &[64, 128], &[&[1, 64], &[0, 1]]));
 }
 
 #[test]

@@ -6,11 +6,10 @@
 
 mod support;
 
-use burn_compile_codegen::launch_pointwise;
+use burn_compile_codegen::{LaunchLayout, launch_pointwise};
 use burn_compile_schedule::{BinaryOp, Instr, PointwiseKernel, ReduceOp, UnaryOp};
 use cubecl::CubeElement;
 use cubecl::prelude::*;
-use cubecl::zspace::{Shape, Strides};
 use cubecl_wgpu::{WgpuDevice, WgpuRuntime};
 use std::io::Write;
 use support::{BINARY_OPS, UNARY_OPS, bin, binary, kernel, load, store, unary};
@@ -227,7 +226,6 @@ fn check(
     inputs: &[Input],
     scalars: &[f32],
 ) {
-    let len: usize = shape.iter().product();
     let handles: Vec<_> = inputs
         .iter()
         .map(|i| client.create_from_slice(f32::as_bytes(&i.data)))
@@ -247,29 +245,27 @@ fn check(
         .iter()
         .map(|s| client.empty(s.iter().product::<usize>() * 4))
         .collect();
-    let arg = |h: &cubecl::server::Handle, shape: &[usize], strides: &[usize]| unsafe {
-        TensorArg::<WgpuRuntime>::from_raw_parts(
-            h.clone(),
-            Strides::new(strides),
-            Shape::from(shape.to_vec()),
-        )
+    let strides: Vec<&[usize]> = inputs.iter().map(|i| i.strides.as_slice()).collect();
+    let layout = LaunchLayout::new(k, shape, &strides);
+    let arg = |h: &cubecl::server::Handle, len: usize| unsafe {
+        ArrayArg::<WgpuRuntime>::from_raw_parts(h.clone(), len)
     };
     unsafe {
         launch_pointwise::<WgpuRuntime, f32>(
             client,
             k,
+            &layout,
             inputs
                 .iter()
                 .zip(&handles)
-                .map(|(i, h)| arg(h, &i.shape, &i.strides))
+                .map(|(i, h)| arg(h, i.data.len()))
                 .collect(),
             scalars.to_vec(),
             outputs
                 .iter()
                 .zip(&out_shapes)
-                .map(|(h, s)| arg(h, s, &contiguous(s, 0, 0.0, 1.0).strides))
+                .map(|(h, s)| arg(h, s.iter().product()))
                 .collect(),
-            len,
         );
     }
     let want = match k.row {

@@ -138,19 +138,27 @@ impl CuBlasLt {
             gemm(group.kind, &shapes, &strides, out_shape.as_slice())
         };
         // Operands whose batch does not fold into one stride (attention's heads, split by a
-        // reshape and a swap) are copied contiguous first, as the inner backend's matmul does.
-        let contiguous: Vec<Tensor>;
+        // reshape and a swap) are copied so that it does, by one generated kernel for all of a
+        // shape; any other layout cuBLASLt cannot read, contiguous, as the inner backend's
+        // matmul does.
+        let copied: Vec<Tensor>;
         let (g, inputs) = match layout(inputs) {
             Some(g) => (g, inputs),
             None => {
-                contiguous = super::profile::part("library matmul", "operand copies", || {
-                    inputs
-                        .iter()
-                        .map(|t| burn_cubecl::kernel::into_contiguous(t.clone()))
-                        .collect()
+                let refs: Vec<&Tensor> = inputs.iter().collect();
+                copied = super::profile::part("library matmul", "operand copies", || {
+                    let folded = super::kernels::batch_folded(&refs);
+                    if layout(&folded).is_some() {
+                        folded
+                    } else {
+                        inputs
+                            .iter()
+                            .map(|t| burn_cubecl::kernel::into_contiguous(t.clone()))
+                            .collect()
+                    }
                 });
-                match layout(&contiguous) {
-                    Some(g) => (g, &contiguous[..]),
+                match layout(&copied) {
+                    Some(g) => (g, &copied[..]),
                     None => return Ok(None),
                 }
             }

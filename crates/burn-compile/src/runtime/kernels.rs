@@ -102,7 +102,7 @@ pub(crate) fn target_for<T: 'static>(device: &dyn Any) -> Option<Arc<dyn KernelT
 }
 
 #[cfg(feature = "cuda")]
-pub(crate) use cube::in_slot;
+pub(crate) use cube::{batch_folded, in_slot};
 
 /// CUDA: generated kernels, and cuBLASLt for the matmuls.
 #[cfg(feature = "cuda")]
@@ -226,18 +226,17 @@ mod cube {
     use super::KernelTarget;
     use burn_backend::ops::AttentionModuleOptions;
     use burn_backend::{DType, ElementConversion};
-    use burn_compile_codegen::launch_pointwise;
-    use burn_compile_schedule::{AttentionGroup, PointwiseKernel};
+    use burn_compile_codegen::{LaunchLayout, launch_pointwise};
+    use burn_compile_schedule::{AttentionGroup, Instr, PointwiseKernel};
     use burn_cubecl::CubeRuntime;
     use burn_cubecl::cubecl::ScalarArgType;
     use burn_cubecl::cubecl::client::ComputeClient;
-    use burn_cubecl::cubecl::prelude::{Float, TensorArg};
+    use burn_cubecl::cubecl::prelude::{ArrayArg, Float};
     use burn_cubecl::cubecl::server::MemoryLayoutDescriptor;
     use burn_cubecl::kernel::attention::{AttentionStrategy, attention};
     use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
     use burn_cubecl::tensor::CubeTensor;
-    use burn_std::Metadata;
-    use burn_std::Shape;
+    use burn_std::{Metadata, Shape, Strides};
     use cubek_attention::routines::blackbox_accelerated::BlackboxAcceleratedStrategy;
     use rustc_hash::FxHashMap;
     use std::any::{Any, TypeId};
@@ -318,18 +317,123 @@ mod cube {
         ]
     }
 
-    /// `t`, or a contiguous copy when its batch and head dimensions do not fold into one: cubek's
-    /// attention addresses `[batch, heads, …]` as one index times the heads' stride. Burn's
-    /// MultiHeadAttention splits heads out of the model dimension (`[b, s, h, d]` swapped to
-    /// `[b, h, s, d]`: the batch stride is `s·h·d`, not `h·d`), so its q, k, v are copied, as
-    /// the inner backend's batched matmul copies them too.
-    fn batch_folded<R: CubeRuntime>(t: &CubeTensor<R>) -> CubeTensor<R> {
+    /// Whether the batch dimensions of `t` (all but the last two) fold into one index times one
+    /// stride, as libraries address a batch (cuBLASLt's strided batches, cubek's attention).
+    fn batch_folds<R: CubeRuntime>(t: &CubeTensor<R>) -> bool {
         let (shape, strides) = (t.meta.shape(), t.meta.strides());
-        if shape[0] > 1 && strides[0] != shape[1] * strides[1] {
-            burn_cubecl::kernel::into_contiguous(t.clone())
-        } else {
-            t.clone()
+        let rank = shape.num_dims();
+        (0..rank.saturating_sub(3))
+            .all(|d| shape[d] == 1 || strides[d] == shape[d + 1] * strides[d + 1])
+    }
+
+    /// `tensors`, each as is where its batch dimensions fold into one stride, else as a copy
+    /// whose do. Burn's MultiHeadAttention splits heads out of the model dimension (`[b, s, h, d]`
+    /// swapped to `[b, h, s, d]`: the batch stride is `s·h·d`, not `h·d`), so its q, k, v need
+    /// one, as the inner backend's batched matmul copies them too.
+    ///
+    /// A copy keeps the memory order of the tensor's last two dimensions (a transposed view
+    /// `kᵀ` stays a transposed view, over the copy: a library reads it as a transposed operand),
+    /// so it reads and writes along the same contiguous dimension. The copies of one shape and
+    /// dtype are one generated kernel (q and kᵀ of attention's scores: one launch, not two),
+    /// launched without metadata like every generated kernel, in place of one Burn
+    /// `into_contiguous` launch each.
+    pub(crate) fn batch_folded<R: CubeRuntime>(tensors: &[&CubeTensor<R>]) -> Vec<CubeTensor<R>> {
+        let mut out: Vec<Option<CubeTensor<R>>> = tensors
+            .iter()
+            .map(|t| batch_folds(t).then(|| (*t).clone()))
+            .collect();
+        // The copies to make, as (index, memory-order shape, memory-order strides, transposed).
+        let mut pending: Vec<(usize, Vec<usize>, Vec<usize>, bool)> = Vec::new();
+        for (i, t) in tensors.iter().enumerate() {
+            if out[i].is_some() {
+                continue;
+            }
+            let (mut shape, mut strides) = (
+                t.meta.shape().as_slice().to_vec(),
+                t.meta.strides().to_vec(),
+            );
+            let rank = shape.len();
+            let transposed = strides[rank - 1] > strides[rank - 2];
+            if transposed {
+                shape.swap(rank - 1, rank - 2);
+                strides.swap(rank - 1, rank - 2);
+            }
+            pending.push((i, shape, strides, transposed));
         }
+        while let Some((_, shape, _, _)) = pending.first().cloned() {
+            let dtype = tensors[pending[0].0].dtype;
+            let (group, rest): (Vec<_>, Vec<_>) = pending
+                .into_iter()
+                .partition(|(i, s, _, _)| *s == shape && tensors[*i].dtype == dtype);
+            pending = rest;
+            let first = tensors[group[0].0];
+            let n = group.len();
+            let kernel = PointwiseKernel {
+                dtype,
+                rank: shape.len() as u8,
+                inputs: vec![vec![false; shape.len()]; n],
+                outputs: n as u16,
+                scalars: 0,
+                program: (0..n as u16)
+                    .map(|input| Instr::Load { input })
+                    .chain((0..n as u16).map(|o| Instr::Store {
+                        output: o,
+                        value: o,
+                    }))
+                    .collect(),
+                row: None,
+            };
+            // The inputs as views in memory order (their own buffers and offsets).
+            let inputs: Vec<CubeTensor<R>> = group
+                .iter()
+                .map(|(i, s, st, _)| {
+                    let t = tensors[*i];
+                    CubeTensor::new(
+                        t.client.clone(),
+                        t.handle.clone(),
+                        Metadata::new(Shape::from(s.clone()), Strides::new(st)),
+                        t.device.clone(),
+                        dtype,
+                    )
+                })
+                .collect();
+            let shape = Shape::from(shape);
+            let copies: Vec<CubeTensor<R>> = (0..n)
+                .map(|_| {
+                    empty_device_contiguous_dtype(
+                        first.client.clone(),
+                        first.device.clone(),
+                        shape.clone(),
+                        dtype,
+                    )
+                })
+                .collect();
+            if !launch_any(&first.client, &kernel, &inputs, &[], &copies, &shape) {
+                // No generated kernel for this dtype: the inner backend's copy.
+                for (i, _, _, _) in &group {
+                    out[*i] = Some(burn_cubecl::kernel::into_contiguous(tensors[*i].clone()));
+                }
+                continue;
+            }
+            for ((i, _, _, transposed), copy) in group.into_iter().zip(copies) {
+                let rank = shape.num_dims();
+                let mut strides = copy.meta.strides().to_vec();
+                if transposed {
+                    strides.swap(rank - 1, rank - 2);
+                }
+                let t = tensors[i];
+                out[i] = Some(CubeTensor::new(
+                    copy.client.clone(),
+                    copy.handle.clone(),
+                    Metadata::new(t.meta.shape().clone(), Strides::new(&strides)),
+                    copy.device.clone(),
+                    dtype,
+                ));
+            }
+        }
+        out.into_iter()
+            .map(|t| t.expect("every tensor kept or copied"))
+            .collect()
     }
 
     /// A contiguous tensor of `shape` and `dtype` over a slot buffer of the replay's slab (the
@@ -374,22 +478,63 @@ mod cube {
         any.downcast::<Arc<dyn KernelTarget<T>>>().ok().map(|t| *t)
     }
 
+    /// Launches `kernel` (any float dtype with a CubeCL element type) over `shape`; `false`
+    /// when its dtype has none.
+    pub(crate) fn launch_any<R: CubeRuntime>(
+        client: &ComputeClient<R>,
+        kernel: &PointwiseKernel,
+        inputs: &[CubeTensor<R>],
+        scalars: &[f64],
+        outputs: &[CubeTensor<R>],
+        shape: &Shape,
+    ) -> bool {
+        match kernel.dtype {
+            DType::F32 => launch::<R, f32>(client, kernel, inputs, scalars, outputs, shape),
+            DType::F16 => launch::<R, half::f16>(client, kernel, inputs, scalars, outputs, shape),
+            DType::BF16 => launch::<R, half::bf16>(client, kernel, inputs, scalars, outputs, shape),
+            DType::F64 => launch::<R, f64>(client, kernel, inputs, scalars, outputs, shape),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Launches `kernel` over `shape`, specialized on the inputs' strides ([`LaunchLayout`]:
+    /// buffers as plain arrays, no metadata uploaded per launch).
     fn launch<R: CubeRuntime, E: Float + ScalarArgType + ElementConversion>(
         client: &ComputeClient<R>,
         kernel: &PointwiseKernel,
         inputs: &[CubeTensor<R>],
         scalars: &[f64],
         outputs: &[CubeTensor<R>],
-        len: usize,
+        shape: &Shape,
     ) {
-        let args = |ts: &[CubeTensor<R>]| -> Vec<TensorArg<R>> {
-            ts.iter().map(|t| t.clone().into_tensor_arg()).collect()
+        let strides: Vec<&[usize]> = inputs.iter().map(|t| &t.meta.strides()[..]).collect();
+        let layout = LaunchLayout::new(kernel, shape.as_slice(), &strides);
+        let elem = kernel.dtype.size() as u64;
+        // SAFETY: each buffer's length is what its handle holds.
+        let args = |ts: &[CubeTensor<R>]| -> Vec<ArrayArg<R>> {
+            ts.iter()
+                .map(|t| unsafe {
+                    ArrayArg::from_raw_parts(
+                        t.handle.clone(),
+                        (t.handle.size_in_used() / elem) as usize,
+                    )
+                })
+                .collect()
         };
         let scalars = scalars.iter().map(|s| E::from_elem(*s)).collect();
         // SAFETY: the schedule built the kernel from these tensors' shapes (each input broadcasts
-        // to `shape`, the outputs have it and are contiguous) and dtype (dispatched below).
+        // to `shape`, the outputs have it and are contiguous) and dtype (dispatched by the
+        // caller); the layout holds the inputs' own strides.
         unsafe {
-            launch_pointwise::<R, E>(client, kernel, args(inputs), scalars, args(outputs), len)
+            launch_pointwise::<R, E>(
+                client,
+                kernel,
+                &layout,
+                args(inputs),
+                scalars,
+                args(outputs),
+            )
         };
     }
 
@@ -456,29 +601,17 @@ mod cube {
             let outputs = crate::runtime::profile::part(step, "outputs", || {
                 self.outputs(kernel, shape, into)
             });
-            let len = shape.num_elements();
             // CubeCL compiles a kernel at its first launch and panics when the compiler
             // refuses it: that is a failed compile, reported to the caller (which falls back).
             let launched = crate::runtime::profile::part(step, "launch", || {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match kernel.dtype {
-                    DType::F32 => {
-                        launch::<R, f32>(&self.client, kernel, inputs, scalars, &outputs, len)
-                    }
-                    DType::F16 => {
-                        launch::<R, half::f16>(&self.client, kernel, inputs, scalars, &outputs, len)
-                    }
-                    DType::BF16 => launch::<R, half::bf16>(
-                        &self.client,
-                        kernel,
-                        inputs,
-                        scalars,
-                        &outputs,
-                        len,
-                    ),
-                    DType::F64 => {
-                        launch::<R, f64>(&self.client, kernel, inputs, scalars, &outputs, len)
-                    }
-                    dtype => unreachable!("the plan only keeps accepted kernels, not {dtype:?}"),
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let launched =
+                        launch_any(&self.client, kernel, inputs, scalars, &outputs, shape);
+                    assert!(
+                        launched,
+                        "the plan only keeps accepted kernels, not {:?}",
+                        kernel.dtype
+                    );
                 }))
             });
             launched
@@ -506,7 +639,9 @@ mod cube {
                 .copied();
             // No scale: the kernel's default, 1/√head_dim, is what the schedule matched.
             let options = AttentionModuleOptions::default();
-            let (q, k, v) = (batch_folded(q), batch_folded(k), batch_folded(v));
+            let [q, k, v]: [CubeTensor<R>; 3] = batch_folded(&[q, k, v])
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("three tensors in, three out"));
             let run = |strategy: AttentionStrategy| {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     attention(

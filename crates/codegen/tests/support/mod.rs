@@ -42,6 +42,16 @@ pub fn store(output: u16, value: u16) -> Instr {
     Instr::Store { output, value }
 }
 
+/// The layout the snapshots launch `kernel` over: a row kernel's own shape, for a pointwise
+/// kernel a shape of its rank (`[1024]`, `[64, 128]`, `[4, 16, 32]`), inputs contiguous.
+pub fn layout(kernel: &PointwiseKernel) -> burn_compile_codegen::LaunchLayout {
+    let shape = match &kernel.row {
+        Some(row) => row.shape.clone(),
+        None => [vec![1024], vec![64, 128], vec![4, 16, 32]][kernel.rank as usize - 1].clone(),
+    };
+    burn_compile_codegen::LaunchLayout::contiguous(kernel, &shape)
+}
+
 /// An f32 pointwise kernel.
 pub fn kernel(
     rank: u8,
