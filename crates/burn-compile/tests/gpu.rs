@@ -785,6 +785,50 @@ fn split_heads<B: Backend>(x: Tensor<B, 3>, heads: usize) -> Tensor<B, 4> {
     x.reshape([b, s, heads, m / heads]).swap_dims(1, 2)
 }
 
+/// Reshapes that need a copy (heads swapped back and merged, as attention's context; a
+/// transposed matrix flattened) copy with a generated kernel, those that do not stay views;
+/// values as eager's, the viewed tensors intact and usable afterwards.
+#[test]
+fn gpu_reshapes_of_swapped_views_copy_and_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let device = Default::default();
+    let x = support::float_data(&[2, 4, 6, 8], 95, -1.0, 1.0);
+    fn run<B: Backend>(x: &TensorData, device: &B::Device) -> [TensorData; 4] {
+        let x = Tensor::<B, 4>::from_data(x.clone(), device);
+        // [2, 4, 6, 8] swapped to [2, 6, 4, 8] and merged: a copy.
+        let merged = x.clone().swap_dims(1, 2).reshape([2, 6, 32]) * 2.0;
+        // A transposed matrix flattened: a copy.
+        let flat = x.clone().reshape([48, 8]).transpose().reshape([384]) + 1.0;
+        // A contiguous reshape: a view.
+        let view = x.clone().reshape([8, 48]).sum_dim(1);
+        [
+            merged.into_data(),
+            flat.into_data(),
+            view.into_data(),
+            x.into_data(),
+        ]
+    }
+    let eager = run::<Eager>(&x, &device);
+    // The replay profile names the steps that ran (only this test reads it in this binary).
+    burn_compile::set_replay_profiling(true);
+    for _ in 0..2 {
+        let got = run::<C>(&x, &device);
+        for (g, e) in got.iter().zip(&eager) {
+            g.assert_approx_eq::<f32>(e, tol());
+        }
+    }
+    burn_compile::set_replay_profiling(false);
+    let copies = burn_compile::take_replay_profile()
+        .into_iter()
+        .find(|s| s.step == "BaseFloat.Reshape / generated copy")
+        .map_or(0, |s| s.count);
+    // Two copying reshapes per run, two runs (the view's reshapes are not copies).
+    assert_eq!(copies, 4, "the copies did not run as generated kernels");
+    eager[3].assert_eq(&x, true);
+}
+
 /// Attention parts (another scale: no attention op) over heads split from the model dimension,
 /// queries and keys of different lengths: the library products read q, kᵀ (a transposed view)
 /// and v through copies whose batch folds (on CUDA one generated kernel per shape); values and

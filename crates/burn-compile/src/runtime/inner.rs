@@ -440,9 +440,37 @@ impl<B: BackendIr> InnerDevice<B> {
         self.handles.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Executes one (non-custom) op.
+    /// Executes one (non-custom) op. A float reshape that needs a copy copies with a generated
+    /// kernel where the target has one (see [`KernelTarget::reshape_copy`]).
     pub fn execute(&self, op: &OperationIr) {
+        if let OperationIr::BaseFloat(burn_ir::BaseOperationIr::Reshape(desc)) = op
+            && self.reshape_copy(desc)
+        {
+            return;
+        }
         burn_compile_dispatch::execute::<B>(&mut self.handles(), &self.device, op);
+    }
+
+    /// Runs `desc` with the target's copy kernel; `false` when it does not take it (no copy
+    /// needed, no target or no kernel): nothing changed.
+    fn reshape_copy(&self, desc: &burn_ir::ShapeOpIr) -> bool {
+        let Some(target) = self.kernels.as_deref() else {
+            return false;
+        };
+        let mut handles = self.handles();
+        let input = float_input::<B>(&mut handles, &desc.input);
+        let copied = super::profile::part_if("BaseFloat.Reshape", "generated copy", || {
+            target.reshape_copy(&input, &desc.out.shape)
+        });
+        let Some(out) = copied else {
+            return false;
+        };
+        drop(input);
+        handles.register_handle(desc.out.id, B::float_tensor_handle(out));
+        if desc.input.status == burn_ir::TensorStatus::ReadWrite {
+            handles.remove_handle(desc.input.id);
+        }
+        true
     }
 
     /// The inner handle of `tensor` (removed from the device when its status is `ReadWrite`).

@@ -67,6 +67,13 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
         Ok(None)
     }
 
+    /// `input` reshaped to `shape` where the inner backend would copy it (a view whose strides
+    /// cannot express the new shape: attention's context, its heads swapped back): the copy as
+    /// a generated kernel, launched like every generated kernel. `None` where no copy is needed
+    /// or the target has no kernel for it: the inner backend reshapes.
+    /// No default: a target wrapping another must forward it (a default silently lost it).
+    fn reshape_copy(&self, input: &T, shape: &Shape) -> Option<T>;
+
     /// Whether this target runs `group` as one attention kernel.
     fn accepts_attention(&self, _group: &AttentionGroup) -> bool {
         false
@@ -186,6 +193,10 @@ mod cuda {
             into: &[Option<&Tensor>],
         ) -> Result<Vec<Tensor>, String> {
             self.kernels.pointwise(kernel, shape, inputs, scalars, into)
+        }
+
+        fn reshape_copy(&self, input: &Tensor, shape: &Shape) -> Option<Tensor> {
+            self.kernels.reshape_copy(input, shape)
         }
 
         fn accepts_matmul(&self, group: &MatmulGroup) -> bool {
@@ -436,6 +447,43 @@ mod cube {
             .collect()
     }
 
+    /// A contiguous copy of `t` (in its own shape) by one generated kernel; `None` when the
+    /// dtype has no kernel.
+    fn contiguous_copy<R: CubeRuntime>(t: &CubeTensor<R>) -> Option<CubeTensor<R>> {
+        let shape = t.meta.shape().clone();
+        let kernel = PointwiseKernel {
+            dtype: t.dtype,
+            rank: shape.num_dims() as u8,
+            inputs: vec![vec![false; shape.num_dims()]],
+            outputs: 1,
+            scalars: 0,
+            program: vec![
+                Instr::Load { input: 0 },
+                Instr::Store {
+                    output: 0,
+                    value: 0,
+                },
+            ],
+            row: None,
+        };
+        let copy = empty_device_contiguous_dtype(
+            t.client.clone(),
+            t.device.clone(),
+            shape.clone(),
+            t.dtype,
+        );
+        let outputs = [copy];
+        launch_any(
+            &t.client,
+            &kernel,
+            std::slice::from_ref(t),
+            &[],
+            &outputs,
+            &shape,
+        )
+        .then(|| outputs.into_iter().next().expect("one output"))
+    }
+
     /// A contiguous tensor of `shape` and `dtype` over a slot buffer of the replay's slab (the
     /// memory plan sized the slot for it).
     pub(crate) fn in_slot<R: CubeRuntime>(
@@ -617,6 +665,32 @@ mod cube {
             launched
                 .map(|_| outputs)
                 .map_err(|payload| panic_message(payload, "the kernel launch"))
+        }
+
+        fn reshape_copy(&self, input: &CubeTensor<R>, shape: &Shape) -> Option<CubeTensor<R>> {
+            let (from, strides) = (input.meta.shape(), input.meta.strides());
+            let copies = matches!(
+                burn_std::tensor::reshape_action(from, strides, shape),
+                burn_std::tensor::ReshapeAction::Recompute
+            );
+            if !copies
+                || input.qparams.is_some()
+                || !self.dtypes.contains(&input.dtype)
+                || from.num_dims() == 0
+                || from.num_elements() == 0
+            {
+                return None;
+            }
+            // The copy is contiguous in the input's shape: its elements are in row-major order,
+            // which is the reshaped tensor's.
+            let copy = contiguous_copy(input)?;
+            Some(CubeTensor::new_contiguous(
+                copy.client.clone(),
+                copy.device.clone(),
+                shape.clone(),
+                copy.handle.clone(),
+                copy.dtype,
+            ))
         }
 
         fn accepts_attention(&self, group: &AttentionGroup) -> bool {

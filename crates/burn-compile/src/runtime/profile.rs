@@ -73,6 +73,19 @@ pub(crate) fn part<T>(step: &str, part: &str, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// As [`part`], for work that may not happen: counted only when `f` returns `Some`.
+pub(crate) fn part_if<T>(step: &str, part: &str, f: impl FnOnce() -> Option<T>) -> Option<T> {
+    if !on() {
+        return f();
+    }
+    let start = std::time::Instant::now();
+    let out = f();
+    if out.is_some() {
+        add(&format!("{step} / {part}"), start.elapsed(), true);
+    }
+    out
+}
+
 fn add(step: &str, elapsed: Duration, part: bool) {
     let mut table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     match table.iter_mut().find(|s| s.step == step) {
