@@ -63,6 +63,8 @@ pub(crate) fn record(step: &str, elapsed: Duration) {
 }
 
 /// Times `f` as part `part` of the steps of kind `step`, when profiling.
+// Its callers are the GPU targets' steps.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
 pub(crate) fn part<T>(step: &str, part: &str, f: impl FnOnce() -> T) -> T {
     if !on() {
         return f();
