@@ -379,21 +379,7 @@ mod cube {
             pending = rest;
             let first = tensors[group[0].0];
             let n = group.len();
-            let kernel = PointwiseKernel {
-                dtype,
-                rank: shape.len() as u8,
-                inputs: vec![vec![false; shape.len()]; n],
-                outputs: n as u16,
-                scalars: 0,
-                program: (0..n as u16)
-                    .map(|input| Instr::Load { input })
-                    .chain((0..n as u16).map(|o| Instr::Store {
-                        output: o,
-                        value: o,
-                    }))
-                    .collect(),
-                row: None,
-            };
+            let kernel = copy_kernel(dtype, shape.len(), n);
             // The inputs as views in memory order (their own buffers and offsets).
             let inputs: Vec<CubeTensor<R>> = group
                 .iter()
@@ -447,25 +433,30 @@ mod cube {
             .collect()
     }
 
+    /// The kernel copying `n` tensors of one shape (rank `rank`), input `i` to output `i`.
+    fn copy_kernel(dtype: DType, rank: usize, n: usize) -> PointwiseKernel {
+        PointwiseKernel {
+            dtype,
+            rank: rank as u8,
+            inputs: vec![vec![false; rank]; n],
+            outputs: n as u16,
+            scalars: 0,
+            program: (0..n as u16)
+                .map(|input| Instr::Load { input })
+                .chain((0..n as u16).map(|o| Instr::Store {
+                    output: o,
+                    value: o,
+                }))
+                .collect(),
+            row: None,
+        }
+    }
+
     /// A contiguous copy of `t` (in its own shape) by one generated kernel; `None` when the
     /// dtype has no kernel.
     fn contiguous_copy<R: CubeRuntime>(t: &CubeTensor<R>) -> Option<CubeTensor<R>> {
         let shape = t.meta.shape().clone();
-        let kernel = PointwiseKernel {
-            dtype: t.dtype,
-            rank: shape.num_dims() as u8,
-            inputs: vec![vec![false; shape.num_dims()]],
-            outputs: 1,
-            scalars: 0,
-            program: vec![
-                Instr::Load { input: 0 },
-                Instr::Store {
-                    output: 0,
-                    value: 0,
-                },
-            ],
-            row: None,
-        };
+        let kernel = copy_kernel(t.dtype, shape.num_dims(), 1);
         let copy = empty_device_contiguous_dtype(
             t.client.clone(),
             t.device.clone(),
