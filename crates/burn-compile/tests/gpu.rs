@@ -824,8 +824,12 @@ fn gpu_reshapes_of_swapped_views_copy_and_match_eager() {
         .into_iter()
         .find(|s| s.step == "BaseFloat.Reshape / generated copy")
         .map_or(0, |s| s.count);
-    // Two copying reshapes per run, two runs (the view's reshapes are not copies).
-    assert_eq!(copies, 4, "the copies did not run as generated kernels");
+    // Two copying reshapes per run, two runs (the view's reshapes are not copies); tests running
+    // beside this one may add theirs while profiling is on, never remove any.
+    assert!(
+        copies >= 4,
+        "the copies did not run as generated kernels: {copies}"
+    );
     eager[3].assert_eq(&x, true);
 }
 
