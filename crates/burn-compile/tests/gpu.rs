@@ -975,3 +975,49 @@ fn gpu_linear_on_a_sliced_input_matches_eager() {
     }
     got.assert_approx_eq::<f32>(&run::<Eager>([&x, &w, &b], &device), tol());
 }
+
+// Outputs left unread across calls, while a parameter is replaced.
+
+/// `feed_forward` scaled (the scale is a fused kernel's scalar).
+fn scaled_ff<B: Backend>(
+    x: Tensor<B, 3>,
+    w: &[Tensor<B, 2>; 2],
+    b: &[Tensor<B, 1>; 2],
+    s: f32,
+) -> Tensor<B, 3> {
+    feed_forward(x, w, b) * s
+}
+
+/// Found while writing a test of recorded graphs, not fixed: on lavapipe, with asynchronous
+/// execution (the default), outputs left unread while a parameter is replaced by a new upload
+/// come out computed with the new parameter's values for the calls still queued
+/// (deterministically: calls 5–8 of 14 here). With `BURN_COMPILE_ASYNC=0`, or a read before the
+/// replacement, every call matches eager; on the H200 (CUDA) this test passes. Run with
+/// `--ignored`.
+#[test]
+#[ignore = "known wrong on lavapipe with asynchronous execution; see the comment"]
+fn gpu_outputs_left_unread_while_a_parameter_is_replaced_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let device: burn::tensor::Device<Eager> = Default::default();
+    let d = ff_data();
+    let (_, mut wc, bc) = ff_params::<C>(&d, &device);
+    let (_, mut we, be) = ff_params::<Eager>(&d, &device);
+    let mut kept = Vec::new();
+    for i in 0..14u64 {
+        if i == 9 {
+            let w0 = support::float_data(&[16, 32], 90, -0.5, 0.5);
+            wc[0] = Tensor::from_data(w0.clone(), &device);
+            we[0] = Tensor::from_data(w0, &device);
+        }
+        let x = support::float_data(&[2, 6, 16], 100 + i, -1.0, 1.0);
+        let y = scaled_ff(Tensor::<C, 3>::from_data(x.clone(), &device), &wc, &bc, 0.5);
+        burn_compile::mark_step();
+        let eager = scaled_ff(Tensor::<Eager, 3>::from_data(x, &device), &we, &be, 0.5);
+        kept.push((y, eager.into_data()));
+    }
+    for (y, eager) in kept {
+        y.into_data().assert_approx_eq::<f32>(&eager, tol());
+    }
+}
