@@ -1000,6 +1000,8 @@ fn gpu_outputs_left_unread_while_a_parameter_is_replaced_match_eager() {
     if !adapter_available() {
         return;
     }
+    // The default config (asynchronous execution), not another test's.
+    let _config = default_config_lock();
     let device: burn::tensor::Device<Eager> = Default::default();
     let d = ff_data();
     let (_, mut wc, bc) = ff_params::<C>(&d, &device);
