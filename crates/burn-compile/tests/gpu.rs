@@ -988,14 +988,13 @@ fn scaled_ff<B: Backend>(
     feed_forward(x, w, b) * s
 }
 
-/// Found while writing a test of recorded graphs, not fixed: on lavapipe, with asynchronous
-/// execution (the default), outputs left unread while a parameter is replaced by a new upload
-/// come out computed with the new parameter's values for the calls still queued
-/// (deterministically: calls 5–8 of 14 here). With `BURN_COMPILE_ASYNC=0`, or a read before the
-/// replacement, every call matches eager; on the H200 (CUDA) this test passes. Run with
-/// `--ignored`.
+/// Regression: on lavapipe, with asynchronous execution (the default), outputs left unread while
+/// a parameter was replaced by a new upload came out wrong for the calls still queued (calls 5–8
+/// of 14, deterministically). The graphs ran on the execution thread's own CubeCL stream, whose
+/// queued work wgpu runs lazily: a buffer a replay had freed was reused by a later upload on the
+/// user's stream and overwritten before the replay's reads ran. Graphs now run on the stream of
+/// the thread that recorded them (runtime/executor.rs).
 #[test]
-#[ignore = "known wrong on lavapipe with asynchronous execution; see the comment"]
 fn gpu_outputs_left_unread_while_a_parameter_is_replaced_match_eager() {
     if !adapter_available() {
         return;

@@ -549,6 +549,7 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
         }
         drop(state);
         self.shared.executor.wait();
+        // The graphs ran on this thread's stream (runtime/executor.rs): syncing it waits for them.
         self.shared.executor.inner().sync()
     }
 
@@ -650,5 +651,40 @@ impl<B: BackendIr> RunnerChannel for CompileChannel<B> {
         dtype: DType,
     ) -> RouterTensor<Self::Client> {
         client.register_handle(handle, shape, dtype)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::runtime::RAN_ON;
+    use burn::tensor::Tensor;
+    use burn_flex::Flex;
+    use burn_std::stream_id::StreamId;
+
+    type C = crate::Compiled<Flex>;
+
+    /// A graph runs on its recorder's stream, on the execution thread: a GPU runtime then orders
+    /// it with the recorder's uploads, and a sync of the recorder waits for it.
+    #[test]
+    fn graphs_run_on_the_stream_of_the_thread_that_recorded_them() {
+        let record = || {
+            let device = Default::default();
+            let x = Tensor::<C, 2>::ones([4, 4], &device);
+            let y = (x * 2.0).exp();
+            // The graph closes and goes to the worker (asynchronous execution, the default).
+            crate::mark_step();
+            y.into_data();
+            (std::thread::current().id(), StreamId::current())
+        };
+        let (me, mine) = record();
+        let (them, theirs) = std::thread::spawn(record).join().unwrap();
+        assert_ne!(mine, theirs);
+        let ran = RAN_ON.lock().unwrap().clone();
+        for (recorder, stream) in [(me, mine), (them, theirs)] {
+            let on: Vec<_> = ran.iter().filter(|(_, s)| *s == stream).collect();
+            assert!(!on.is_empty(), "no graph ran on {stream}: {ran:?}");
+            // On the worker, not the recorder: the stream travelled with the graph.
+            assert!(on.iter().all(|(thread, _)| *thread != recorder), "{ran:?}");
+        }
     }
 }

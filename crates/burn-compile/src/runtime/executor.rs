@@ -6,6 +6,14 @@
 //! user's thread overlaps with executing this one. Graphs run one at a time, in the order they
 //! were closed, so the inner backend sees exactly eager Burn's op order.
 //!
+//! A graph runs on the stream of the thread that recorded it, as its ops would have in eager Burn
+//! (CubeCL keys streams by thread; the worker takes on the recorder's [`StreamId`]). So the
+//! recorder's uploads, its eager ops and its graphs are one ordered stream: a sync of that thread
+//! waits for its graphs' GPU work, and memory its graphs free is reused by its next upload only
+//! after the work reading it (on wgpu, a stream's queued work runs lazily: on a stream of its
+//! own, a replay's reads could run after a later upload had overwritten a buffer the replay
+//! freed).
+//!
 //! Whoever touches the inner backend directly (a read, a sync, a seed, an eager op) first waits
 //! for the worker to be idle ([`Executor::wait`]). A panic of the inner backend during a graph is
 //! caught on the worker and raised again, with its original payload, at the next wait of the
@@ -18,6 +26,7 @@
 use super::{InnerDevice, execute};
 use burn_compile_schedule::Plan;
 use burn_ir::{BackendIr, OperationIr};
+use burn_std::stream_id::StreamId;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::mpsc::{Sender, channel};
@@ -29,6 +38,8 @@ struct Job {
     plan: Arc<Plan>,
     /// The thread that recorded the graph.
     owner: ThreadId,
+    /// Its stream, where the graph runs.
+    stream: StreamId,
 }
 
 #[derive(Default)]
@@ -49,6 +60,27 @@ struct Shared {
 
 fn lock(mutex: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Streams the graphs ran on, in order (a test's evidence that they run on their recorder's).
+#[cfg(test)]
+pub(crate) static RAN_ON: Mutex<Vec<(ThreadId, StreamId)>> = Mutex::new(Vec::new());
+
+/// Runs `plan` with `stream` as this thread's stream.
+fn run_on<B: BackendIr>(
+    stream: StreamId,
+    inner: &InnerDevice<B>,
+    ops: Vec<OperationIr>,
+    plan: &Plan,
+) -> Vec<OperationIr> {
+    stream.executes(|| {
+        #[cfg(test)]
+        RAN_ON
+            .lock()
+            .unwrap()
+            .push((std::thread::current().id(), StreamId::current()));
+        execute(inner, ops, plan)
+    })
 }
 
 /// Executes the plans of one device.
@@ -80,10 +112,11 @@ impl<B: BackendIr> Executor<B> {
         owner: ThreadId,
         asynchronous: bool,
     ) {
+        let stream = StreamId::current();
         if !asynchronous {
             self.wait();
             let inner = &self.inner;
-            let spent = inner.on_device_thread(|| execute(inner, ops, &plan));
+            let spent = inner.on_device_thread(|| run_on(stream, inner, ops, &plan));
             lock(&self.shared.progress).spent.push(spent);
             return;
         }
@@ -92,7 +125,12 @@ impl<B: BackendIr> Executor<B> {
         let sender = queue.get_or_insert_with(|| self.start_worker());
         // The worker catches every panic of a graph, so it lives as long as its queue.
         sender
-            .send(Job { ops, plan, owner })
+            .send(Job {
+                ops,
+                plan,
+                owner,
+                stream,
+            })
             .expect("burn-compile: the execution thread is gone");
     }
 
@@ -114,7 +152,7 @@ impl<B: BackendIr> Executor<B> {
                     } else {
                         catch_unwind(AssertUnwindSafe(|| {
                             let (ops, plan) = (job.ops, &job.plan);
-                            Some(inner.on_device_thread(|| execute(&inner, ops, plan)))
+                            Some(inner.on_device_thread(|| run_on(job.stream, &inner, ops, plan)))
                         }))
                     };
                     let mut progress = lock(&shared.progress);

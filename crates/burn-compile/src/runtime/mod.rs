@@ -11,4 +11,6 @@ pub(crate) mod profile;
 
 pub(crate) use cache::{Accepts, PlanCache, execute, execute_one};
 pub(crate) use executor::Executor;
+#[cfg(test)]
+pub(crate) use executor::RAN_ON;
 pub(crate) use inner::InnerDevice;
