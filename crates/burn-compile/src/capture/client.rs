@@ -18,6 +18,7 @@ use burn_compile_graph::Segment;
 use burn_ir::{BackendIr, OperationIr, TensorId, TensorIr};
 use burn_router::{RouterTensor, RunnerChannel, RunnerClient, TensorHandle};
 use burn_std::future::DynFut;
+use burn_std::stream_id::StreamId;
 use rustc_hash::FxHashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,15 +34,20 @@ struct Stream {
     pending_error: Option<String>,
     /// Its thread has exited; the pending graph runs at the next use of the device.
     orphaned: bool,
+    /// The inner backend's stream of its thread, where its graphs run (even when another
+    /// thread closes one: a read of a tensor it touched).
+    inner_stream: StreamId,
 }
 
 impl Stream {
+    /// The stream of the calling thread.
     fn new() -> Self {
         Self {
             segment: Segment::new(),
             period: PeriodDetector::default(),
             pending_error: None,
             orphaned: false,
+            inner_stream: StreamId::current(),
         }
     }
 }
@@ -431,8 +437,13 @@ impl<B: BackendIr> Shared<B> {
                 attention: accepts_attention.as_ref().map(|f| f as _),
             },
         );
-        self.executor
-            .submit(ops, plan, thread, config.async_execution);
+        self.executor.submit(
+            ops,
+            plan,
+            thread,
+            stream.inner_stream,
+            config.async_execution,
+        );
         if let Some(spent) = self.executor.take_spent() {
             stream.segment.recycle(spent);
         }
@@ -518,16 +529,21 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
         self.shared.refresh_config(&mut state);
         self.shared
             .flush_current(&mut state, BreakReason::HostRead, None, false);
-        if state.streams.len() > 1 {
-            // The tensor may come from another thread's pending graph.
-            let owner = state.touched_by.get(&tensor.id).copied();
-            if let Some(owner) = owner {
-                let brk = GraphBreak::new(
-                    BreakReason::CrossThread,
-                    Some("read by another thread".into()),
-                );
-                self.shared.flush(&mut state, owner, brk, false, false);
-            }
+        // The tensor may come from another thread's pending graph: tracked per tensor while
+        // two streams exist; a reader that never recorded an op leaves one stream, not its
+        // own, which is then closed whole (its pending graph may produce the tensor).
+        let owner = if state.streams.len() > 1 {
+            state.touched_by.get(&tensor.id).copied()
+        } else {
+            let me = current_thread();
+            state.streams.keys().copied().find(|t| *t != me)
+        };
+        if let Some(owner) = owner {
+            let brk = GraphBreak::new(
+                BreakReason::CrossThread,
+                Some("read by another thread".into()),
+            );
+            self.shared.flush(&mut state, owner, brk, false, false);
         }
         if let Some(err) = Self::take_error(&mut state) {
             return Box::pin(async move { Err(err) });
@@ -693,5 +709,42 @@ mod tests {
                 "{ran:?}"
             );
         }
+    }
+
+    /// A graph closed by another thread (it reads a tensor the graph produces) still runs on
+    /// its recorder's stream: the recorder's uploads are on that stream. Also a regression: a
+    /// reader that had never recorded an op did not close the recorder's graph at all, and the
+    /// read panicked ("Should have handle for tensor").
+    #[test]
+    fn a_graph_closed_by_another_thread_runs_on_its_recorders_stream() {
+        let (barrier, waiting) = (
+            std::sync::Arc::new(std::sync::Barrier::new(2)),
+            std::sync::mpsc::channel(),
+        );
+        let (send, receive) = waiting;
+        let b = barrier.clone();
+        let recorder = std::thread::spawn(move || {
+            let device = Default::default();
+            let x = Tensor::<C, 2>::ones([3, 5], &device);
+            // Pending in this thread's graph until someone reads it.
+            let y = (x * 3.0).exp();
+            send.send((y, StreamId::current())).unwrap();
+            // Alive while the other thread reads (its graph is not orphaned).
+            b.wait();
+        });
+        let (y, theirs) = receive.recv().unwrap();
+        let before = RAN_ON.lock().unwrap().len();
+        let got = y.into_data();
+        barrier.wait();
+        recorder.join().unwrap();
+        let ran = RAN_ON.lock().unwrap()[before..].to_vec();
+        assert!(
+            ran.iter().any(|(_, s)| *s == theirs),
+            "the graph ran on {ran:?}, not on its recorder's {theirs}"
+        );
+        got.assert_approx_eq::<f32>(
+            &Tensor::<Flex, 2>::full([3, 5], 3f32.exp(), &Default::default()).into_data(),
+            Default::default(),
+        );
     }
 }

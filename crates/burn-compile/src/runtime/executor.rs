@@ -103,16 +103,16 @@ impl<B: BackendIr> Executor<B> {
         }
     }
 
-    /// Runs `plan` over `ops`, recorded by thread `owner`: queued to the worker when
-    /// `asynchronous`, else now (after the queued graphs).
+    /// Runs `plan` over `ops`, recorded by thread `owner` whose inner stream is `stream`: queued
+    /// to the worker when `asynchronous`, else now (after the queued graphs).
     pub fn submit(
         &self,
         ops: Vec<OperationIr>,
         plan: Arc<Plan>,
         owner: ThreadId,
+        stream: StreamId,
         asynchronous: bool,
     ) {
-        let stream = StreamId::current();
         if !asynchronous {
             self.wait();
             let inner = &self.inner;
