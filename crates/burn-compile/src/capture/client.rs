@@ -529,21 +529,22 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
         self.shared.refresh_config(&mut state);
         self.shared
             .flush_current(&mut state, BreakReason::HostRead, None, false);
-        // The tensor may come from another thread's pending graph: tracked per tensor while
-        // two streams exist; a reader that never recorded an op leaves one stream, not its
-        // own, which is then closed whole (its pending graph may produce the tensor).
-        let owner = if state.streams.len() > 1 {
-            state.touched_by.get(&tensor.id).copied()
-        } else {
-            let me = current_thread();
-            state.streams.keys().copied().find(|t| *t != me)
-        };
-        if let Some(owner) = owner {
-            let brk = GraphBreak::new(
-                BreakReason::CrossThread,
-                Some("read by another thread".into()),
-            );
-            self.shared.flush(&mut state, owner, brk, false, false);
+        // The tensor may come from another thread's pending graph, which the per-tensor
+        // tracking tells once two streams exist: a reader that never recorded an op gets its
+        // stream here, as it would at its first op.
+        let me = current_thread();
+        if !state.streams.is_empty() && !state.streams.contains_key(&me) {
+            self.shared.add_stream(&mut state, me);
+        }
+        if state.streams.len() > 1 {
+            let owner = state.touched_by.get(&tensor.id).copied();
+            if let Some(owner) = owner {
+                let brk = GraphBreak::new(
+                    BreakReason::CrossThread,
+                    Some("read by another thread".into()),
+                );
+                self.shared.flush(&mut state, owner, brk, false, false);
+            }
         }
         if let Some(err) = Self::take_error(&mut state) {
             return Box::pin(async move { Err(err) });

@@ -10,9 +10,10 @@
 //! (CubeCL keys streams by thread; the worker takes on the recorder's [`StreamId`]). So the
 //! recorder's uploads, its eager ops and its graphs are one ordered stream: a sync of that thread
 //! waits for its graphs' GPU work, and memory its graphs free is reused by its next upload only
-//! after the work reading it (on wgpu, a stream's queued work runs lazily: on a stream of its
-//! own, a replay's reads could run after a later upload had overwritten a buffer the replay
-//! freed).
+//! after the work reading it. (On a stream of its own, the worker's replays gave wrong results
+//! on wgpu, whose streams run queued work lazily — most likely a buffer a replay freed was
+//! overwritten by a later upload before the replay's reads ran; see the GPU test
+//! `gpu_outputs_left_unread_while_a_parameter_is_replaced_match_eager`.)
 //!
 //! Whoever touches the inner backend directly (a read, a sync, a seed, an eager op) first waits
 //! for the worker to be idle ([`Executor::wait`]). A panic of the inner backend during a graph is
