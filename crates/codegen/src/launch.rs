@@ -6,24 +6,27 @@ use crate::{KernelSpec, LaunchLayout, POINTWISE_CUBE, Reduction, cube_dim};
 use burn_compile_schedule::PointwiseKernel;
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
+use cubecl::server::Handle;
 
-/// Launches `kernel` over `layout` (compiled into the kernel: its shape, each input's strides):
-/// `inputs` are buffers read through those strides, `outputs` buffers contiguous in the
-/// iteration shape (for a row kernel, a row output is contiguous in its row shape `[R…, 1]`),
-/// `scalars` in kernel order. The buffers are plain arrays: the kernel reads no metadata, so the
-/// launch uploads none.
+/// Launches `kernel` over `layout` (compiled into the kernel: its shape, each input's strides,
+/// its vector width): `inputs` are buffers read through those strides, `outputs` buffers
+/// contiguous in the iteration shape (for a row kernel, a row output is contiguous in its row
+/// shape `[R…, 1]`), `scalars` in kernel order. The buffers are plain arrays: the kernel reads
+/// no metadata, so the launch uploads none. Each buffer's length is given in elements; a
+/// vectorized layout binds its wide buffers as arrays of vectors.
 ///
 /// # Safety
 /// The arguments must match the kernel: one buffer per kernel input and output, each input
-/// holding every element `layout` reads from it, each output the elements of its shape. The
-/// kernel is launched unchecked.
+/// holding every element `layout` reads from it, each output the elements of its shape. With
+/// `layout.vector > 1` every buffer must start at a multiple of the vector's size in bytes
+/// ([`crate::widest_aligned`] over their element offsets). The kernel is launched unchecked.
 pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
     client: &ComputeClient<R>,
     kernel: &PointwiseKernel,
     layout: &LaunchLayout,
-    inputs: Vec<ArrayArg<R>>,
+    inputs: Vec<(Handle, usize)>,
     scalars: Vec<E>,
-    outputs: Vec<ArrayArg<R>>,
+    outputs: Vec<(Handle, usize)>,
 ) {
     assert_eq!(
         inputs.len(),
@@ -47,11 +50,28 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
     );
     let cube_dim = cube_dim(kernel);
     let spec = KernelSpec::cached(kernel, layout);
-    let inputs: SequenceArg<R, Array<E>> = inputs.into_iter().collect();
+    let vector = layout.vector;
+    // Wide buffers are arrays of vectors (their length in vectors), narrow ones of elements.
+    let split = |buffers: Vec<(Handle, usize)>, narrow: &dyn Fn(usize) -> bool| {
+        let (mut wide, mut thin) = (Vec::new(), Vec::new());
+        for (i, (handle, len)) in buffers.into_iter().enumerate() {
+            // SAFETY: the caller's lengths are what the handles hold.
+            if narrow(i) {
+                thin.push(unsafe { ArrayArg::from_raw_parts(handle, len) });
+            } else {
+                wide.push(unsafe { ArrayArg::from_raw_parts(handle, len / vector) });
+            }
+        }
+        (wide, thin)
+    };
+    let (wide_in, narrow_in) = split(inputs, &|i| layout.narrow_input(kernel, i));
+    let (wide_out, narrow_out) = split(outputs, &|o| layout.narrow_output(kernel, o));
+    // Sequences collected at each call: their vector type names the kernel's own size marker.
+    let narrow_in: SequenceArg<R, Array<E>> = narrow_in.into_iter().collect();
     let scalars: SequenceArg<R, E> = scalars.into_iter().collect();
-    let outputs: SequenceArg<R, Array<E>> = outputs.into_iter().collect();
     if let Some(rows) = &kernel.row {
         assert_eq!(rows.shape, layout.shape, "a row kernel over its own shape");
+        let narrow_out: SequenceArg<R, Array<E>> = narrow_out.into_iter().collect();
         // `rows_per_cube` rows per cube; past 65535 cubes (wgpu's limit per dimension) the
         // grid spills into y.
         let cubes = rows.rows().div_ceil(rows.rows_per_cube as usize);
@@ -60,16 +80,34 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
         let reduction = Reduction::for_device(client.properties(), rows);
         unsafe {
             row::launch_unchecked::<E, R>(
-                client, cube_count, cube_dim, inputs, scalars, outputs, spec, reduction,
+                client,
+                cube_count,
+                cube_dim,
+                vector,
+                wide_in.into_iter().collect(),
+                narrow_in,
+                scalars,
+                wide_out.into_iter().collect(),
+                narrow_out,
+                spec,
+                reduction,
             );
         }
         return;
     }
-    let cubes = layout.len().div_ceil(POINTWISE_CUBE as usize) as u32;
+    let cubes = (layout.len() / vector).div_ceil(POINTWISE_CUBE as usize) as u32;
     let cube_count = CubeCount::Static(cubes.max(1), 1, 1);
     unsafe {
         pointwise::launch_unchecked::<E, R>(
-            client, cube_count, cube_dim, inputs, scalars, outputs, spec,
+            client,
+            cube_count,
+            cube_dim,
+            vector,
+            wide_in.into_iter().collect(),
+            narrow_in,
+            scalars,
+            wide_out.into_iter().collect(),
+            spec,
         );
     }
 }

@@ -12,11 +12,12 @@ pub mod row;
 pub use launch::launch_pointwise;
 pub use row::Reduction;
 
-/// What a launch compiles into a kernel besides its program: the iteration shape and each
-/// input's element strides. Both are compile-time constants of the generated code, so a kernel
-/// reads no shape or stride at run time: its arguments are plain buffers, and a launch uploads
-/// no metadata (CubeCL copies a tensor argument's shape and strides to the device at every
-/// launch). Each distinct layout is a kernel of its own, compiled once.
+/// What a launch compiles into a kernel besides its program: the iteration shape, each
+/// input's element strides and the vector width. All are compile-time constants of the
+/// generated code, so a kernel reads no shape or stride at run time: its arguments are plain
+/// buffers, and a launch uploads no metadata (CubeCL copies a tensor argument's shape and
+/// strides to the device at every launch). Each distinct layout is a kernel of its own,
+/// compiled once.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LaunchLayout {
     /// The iteration shape (output 0's shape; a row kernel's `[R…, N]`).
@@ -24,6 +25,12 @@ pub struct LaunchLayout {
     /// Per input, its stride in elements along each dimension; 0 where the kernel broadcasts
     /// the input along it (the stride is never read there).
     pub strides: Vec<Vec<usize>>,
+    /// Elements per vector (1: scalar code). With `vector > 1` each unit loads, computes and
+    /// stores `vector` consecutive elements of the last dimension at once (one 16-byte access
+    /// where the width allows): the inputs read along that dimension are contiguous in it
+    /// ("wide" buffers, indexed in vectors), the inputs broadcast along it are read one value
+    /// per vector and splatted ("narrow" buffers), see [`LaunchLayout::vectorize`].
+    pub vector: usize,
 }
 
 impl LaunchLayout {
@@ -55,6 +62,87 @@ impl LaunchLayout {
         Self {
             shape: shape.to_vec(),
             strides,
+            vector: 1,
+        }
+    }
+
+    /// This layout with the widest vector, up to `widest` (a power of two: the target's widest
+    /// access over the largest power of two that divides every buffer's element offset), that
+    /// the kernel's buffers allow: the last dimension a multiple of it, every input read along
+    /// that dimension contiguous in it with its other strides multiples of it (so a vector is
+    /// whole and aligned in every buffer), and for a row kernel at least one vector per unit
+    /// of a row. Otherwise scalar code (`vector` 1).
+    pub fn vectorize(mut self, kernel: &PointwiseKernel, widest: usize) -> Self {
+        self.vector = 1;
+        let Some(last) = self.shape.len().checked_sub(1) else {
+            return self;
+        };
+        let columns = self.shape[last];
+        let units = kernel.row.as_ref().map_or(1, |r| r.units as usize);
+        let mut v = widest.max(1);
+        if !v.is_power_of_two() {
+            v = v.next_power_of_two() / 2;
+        }
+        while v > 1 {
+            let fits = columns.is_multiple_of(v)
+                && columns >= v * units
+                && kernel
+                    .inputs
+                    .iter()
+                    .zip(&self.strides)
+                    .all(|(broadcast, strides)| {
+                        broadcast[last]
+                            || (strides[last] == 1
+                                && (0..last).all(|d| broadcast[d] || strides[d].is_multiple_of(v)))
+                    });
+            if fits {
+                self.vector = v;
+                break;
+            }
+            v /= 2;
+        }
+        self
+    }
+
+    /// Whether input `input` is read one value per vector (broadcast along the last
+    /// dimension of a vectorized layout): a narrow buffer.
+    pub fn narrow_input(&self, kernel: &PointwiseKernel, input: usize) -> bool {
+        self.vector > 1 && kernel.inputs[input].last().copied().unwrap_or(false)
+    }
+
+    /// Whether output `output` is written one value per vector position (a row kernel's row
+    /// value in a vectorized layout): a narrow buffer.
+    pub fn narrow_output(&self, kernel: &PointwiseKernel, output: usize) -> bool {
+        self.vector > 1 && kernel.row.as_ref().is_some_and(|r| r.row_outputs[output])
+    }
+
+    /// Position of input `input` among the kernel's wide or narrow input buffers (its index in
+    /// the launch's sequence of its kind).
+    pub fn input_slot(&self, kernel: &PointwiseKernel, input: usize) -> usize {
+        let narrow = self.narrow_input(kernel, input);
+        (0..input)
+            .filter(|&i| self.narrow_input(kernel, i) == narrow)
+            .count()
+    }
+
+    /// Position of output `output` among the kernel's wide or narrow output buffers.
+    pub fn output_slot(&self, kernel: &PointwiseKernel, output: usize) -> usize {
+        let narrow = self.narrow_output(kernel, output);
+        (0..output)
+            .filter(|&o| self.narrow_output(kernel, o) == narrow)
+            .count()
+    }
+
+    /// Input `input`'s stride along dimension `d` in its own buffer's units: vectors for a
+    /// wide buffer (the last dimension's stride is then 1, or any stride in scalar code),
+    /// elements for a narrow one.
+    pub fn buffer_stride(&self, kernel: &PointwiseKernel, input: usize, d: usize) -> usize {
+        let stride = self.strides[input][d];
+        let last = d + 1 == self.shape.len();
+        if self.narrow_input(kernel, input) || last {
+            stride
+        } else {
+            stride / self.vector
         }
     }
 
@@ -177,6 +265,18 @@ impl core::fmt::Debug for KernelSpec {
     }
 }
 
+/// The widest vector, up to `cap` elements, at which buffers starting at these element
+/// `offsets` are all aligned (a vector access must start at a multiple of its size).
+pub fn widest_aligned(cap: usize, offsets: impl IntoIterator<Item = usize>) -> usize {
+    offsets.into_iter().fold(cap.max(1), |v, offset| {
+        let mut v = v;
+        while v > 1 && !offset.is_multiple_of(v) {
+            v /= 2;
+        }
+        v
+    })
+}
+
 /// Row-major strides of `shape`.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![1; shape.len()];
@@ -229,23 +329,31 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
     let settings = KernelSettings::default()
         .cube_dim(cube_dim(kernel))
         .address_type(AddressType::U32);
-    let arrays = |n: usize| -> SequenceCompilationArg<Array<E>> {
-        (0..n)
-            .map(|_| ArrayCompilationArg { inplace: None })
-            .collect()
-    };
+    let arrays = array_args::<E>;
     let scalars = || -> SequenceCompilationArg<E> { (0..kernel.scalars).map(|_| ()).collect() };
-    let (inputs, outputs) = (kernel.inputs.len(), kernel.outputs as usize);
+    let narrow_inputs = (0..kernel.inputs.len())
+        .filter(|&i| layout.narrow_input(kernel, i))
+        .count();
+    let narrow_outputs = (0..kernel.outputs as usize)
+        .filter(|&o| layout.narrow_output(kernel, o))
+        .count();
+    let wide_inputs = kernel.inputs.len() - narrow_inputs;
+    let wide_outputs = kernel.outputs as usize - narrow_outputs;
+    let spec = KernelSpec::new(kernel.clone(), layout.clone());
     if let Some(row) = &kernel.row {
         // As the device the stub stands for would launch it.
         let reduction = Reduction::for_device(&properties, row);
         let k = row::row::Row::<E, OfflineRuntime<Fl>>::new(
             settings,
             client,
-            arrays(inputs),
+            array_args(wide_inputs),
+            arrays(narrow_inputs),
             scalars(),
-            arrays(outputs),
-            KernelSpec::new(kernel.clone(), layout.clone()),
+            array_args(wide_outputs),
+            arrays(narrow_outputs),
+            // The kernel's vector size (a `Size` generic), then its comptime arguments.
+            layout.vector,
+            spec,
             reduction,
         );
         (k.define(), k.address_type())
@@ -253,13 +361,22 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
         let k = pointwise::pointwise::Pointwise::<E, OfflineRuntime<Fl>>::new(
             settings,
             client,
-            arrays(inputs),
+            array_args(wide_inputs),
+            arrays(narrow_inputs),
             scalars(),
-            arrays(outputs),
-            KernelSpec::new(kernel.clone(), layout.clone()),
+            array_args(wide_outputs),
+            layout.vector,
+            spec,
         );
         (k.define(), k.address_type())
     }
+}
+
+/// The compilation arguments of `n` array parameters of element `C` (scalars or vectors).
+fn array_args<C: CubePrimitive>(n: usize) -> SequenceCompilationArg<Array<C>> {
+    (0..n)
+        .map(|_| ArrayCompilationArg { inplace: None })
+        .collect()
 }
 
 /// The cube shape a kernel is launched with: 256 units for a pointwise kernel; for a row
@@ -297,10 +414,48 @@ pub fn cuda_source(
             ..Default::default()
         },
     };
+    // CubeCL's C++ compiler numbers temporaries (`_tmp_N`, the bf16 pair operations) with one
+    // process-wide counter, reset after each compile: concurrent compiles would interleave
+    // their numbers, so the offline compiles take turns.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     CudaCompiler::default()
         .compile(definition, &options, ExecutionMode::Unchecked, address)
-        .map(|k| k.to_string())
+        .map(|k| sorted_vector_types(&k.to_string()))
         .map_err(|e| CodegenError::Compile(format!("{e:?}")))
+}
+
+/// `source` with its runs of vector type definitions (`struct __align__(…) name { … };`) in
+/// name order. CubeCL's C++ compiler keeps the types a kernel uses in a hash set and prints
+/// them in its iteration order, which changes between runs (seen with bf16 vectors: pairs and
+/// octets); each is a standalone struct of built-in members, so their order is immaterial to
+/// the compiler and sorting makes the text deterministic for review.
+fn sorted_vector_types(source: &str) -> String {
+    let lines: Vec<&str> = source.split_inclusive('\n').collect();
+    let mut out = String::with_capacity(source.len());
+    let mut i = 0;
+    while i < lines.len() {
+        let mut run: Vec<String> = Vec::new();
+        while i < lines.len() && lines[i].starts_with("struct __align__(") {
+            let mut block = String::new();
+            while i < lines.len() {
+                block.push_str(lines[i]);
+                i += 1;
+                if block.ends_with("};\n") {
+                    break;
+                }
+            }
+            run.push(block);
+        }
+        if run.is_empty() {
+            out.push_str(lines[i]);
+            i += 1;
+        } else {
+            run.sort();
+            out.extend(run);
+        }
+    }
+    out
 }
 
 /// The WGSL source of `kernel` over `layout`, as CubeCL's wgpu runtime compiles it (unchecked

@@ -2,65 +2,84 @@
 //! the kernel's program (CubeCL expands the comptime `#[unroll]` loops and `match`es into
 //! straight-line code, so each distinct program is its own kernel).
 //!
-//! Each unit computes one element of the iteration space (the outputs are contiguous in it,
-//! allocated by the plan); each input is read through its own strides (so views need no copy),
-//! skipping the dimensions it broadcasts. Shape and strides are the launch's [`LaunchLayout`],
-//! constants of the generated code.
+//! Each unit computes one vector of the iteration space: `LaunchLayout::vector` consecutive
+//! elements of the last dimension (one element in scalar code). The outputs are contiguous in
+//! it, allocated by the plan; each input is read through its own strides (so views need no
+//! copy), skipping the dimensions it broadcasts; an input broadcast along the last dimension
+//! is read once per vector and splatted. Shape, strides and vector width are the launch's
+//! [`LaunchLayout`], constants of the generated code.
 
 use crate::KernelSpec;
 use burn_compile_schedule::{BinaryOp, Constant, Instr, UnaryOp};
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 
-// Index loops: CubeCL expands `for i in 0..n` with comptime bounds, not iterators.
-#[allow(clippy::needless_range_loop)]
+// Index loops: CubeCL expands `for i in 0..n` with comptime bounds, not iterators. Inside
+// `comptime!` the kernel is owned in the expansion (hence the borrows clippy sees as needless).
+#[allow(clippy::needless_range_loop, clippy::needless_borrow)]
 #[cube(launch_unchecked)]
-pub fn pointwise<F: Float + ScalarArgType>(
-    inputs: &Sequence<Array<F>>,
+pub fn pointwise<F: Float + ScalarArgType, N: Size>(
+    inputs: &Sequence<Array<Vector<F, N>>>,
+    narrow: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
-    outputs: &mut Sequence<Array<F>>,
+    outputs: &mut Sequence<Array<Vector<F, N>>>,
     #[comptime] spec: &KernelSpec,
 ) {
     let kernel = comptime![spec.kernel()];
     let layout = comptime![spec.layout()];
+    // Each unit takes one vector: `vector` consecutive elements of the last dimension.
     let pos = ABSOLUTE_POS;
     let rank = comptime![kernel.rank as usize];
-    if pos >= comptime![layout.len()] {
+    let vector = comptime![layout.vector];
+    if pos >= comptime![layout.len() / vector] {
         terminate!();
     }
-    // Coordinates of `pos` in the iteration space (row-major).
+    // Coordinates of `pos` in the iteration space counted in vectors (row-major; the last
+    // dimension in vectors).
     let mut coords = Sequence::<usize>::new();
     #[unroll]
     for d in 0..rank {
-        let inner = comptime![layout.shape[d + 1..].iter().product::<usize>()];
-        let size = comptime![layout.shape[d]];
+        // Vectors per step along d: the last dimension's vectors times the sizes between.
+        let (inner, size) = comptime![if d + 1 == rank {
+            (1, layout.shape[d] / vector)
+        } else {
+            (
+                layout.shape[d + 1..].iter().product::<usize>() / vector,
+                layout.shape[d],
+            )
+        }];
         coords.push((pos / inner) % size);
     }
     // Register k holds the k-th value produced by the program.
-    let mut regs = Sequence::<F>::new();
+    let mut regs = Sequence::<Vector<F, N>>::new();
 
     #[unroll]
     for i in 0..kernel.program.len() {
         let instr = comptime![kernel.program[i].clone()];
         match instr {
             Instr::Load { input } => {
-                let broadcast = comptime![kernel.inputs[input as usize].clone()];
-                let t = inputs.index(comptime![input as usize]);
+                let input = comptime![input as usize];
+                let broadcast = comptime![kernel.inputs[input].clone()];
+                let slot = comptime![layout.input_slot(&kernel, input)];
                 let mut offset: usize = 0;
                 #[unroll]
                 for d in 0..rank {
-                    let stride = comptime![layout.strides[input as usize][d]];
+                    let stride = comptime![layout.buffer_stride(&kernel, input, d)];
                     if comptime![!broadcast[d]] {
                         offset += *coords.index(d) * stride;
                     }
                 }
-                regs.push(t[offset]);
+                if comptime![layout.narrow_input(&kernel, input)] {
+                    regs.push(Vector::new(narrow.index(slot)[offset]));
+                } else {
+                    regs.push(inputs.index(slot)[offset]);
+                }
             }
             Instr::Scalar { .. }
             | Instr::Const { .. }
             | Instr::Unary { .. }
             | Instr::Binary { .. } => {
-                regs.push(compute::<F>(&regs, scalars, instr));
+                regs.push(compute::<F, N>(&regs, scalars, instr));
             }
             Instr::Store { output, value } => {
                 let v = *regs.index(comptime![value as usize]);
@@ -75,16 +94,16 @@ pub fn pointwise<F: Float + ScalarArgType>(
 
 /// The value of a scalar, unary or binary instruction (shared by every kernel kind).
 #[cube]
-pub(crate) fn compute<F: Float + ScalarArgType>(
-    regs: &Sequence<F>,
+pub(crate) fn compute<F: Float + ScalarArgType, N: Size>(
+    regs: &Sequence<Vector<F, N>>,
     scalars: &Sequence<F>,
     #[comptime] instr: Instr,
-) -> F {
+) -> Vector<F, N> {
     match instr {
-        Instr::Scalar { index } => *scalars.index(comptime![index as usize]),
-        Instr::Const { value } => constant::<F>(value),
-        Instr::Unary { op, a } => unary::<F>(*regs.index(comptime![a as usize]), op),
-        Instr::Binary { op, a, b } => binary::<F>(
+        Instr::Scalar { index } => Vector::new(*scalars.index(comptime![index as usize])),
+        Instr::Const { value } => Vector::new(constant::<F>(value)),
+        Instr::Unary { op, a } => unary::<F, N>(*regs.index(comptime![a as usize]), op),
+        Instr::Binary { op, a, b } => binary::<F, N>(
             *regs.index(comptime![a as usize]),
             *regs.index(comptime![b as usize]),
             op,
@@ -100,34 +119,46 @@ fn constant<F: Float>(#[comptime] value: Constant) -> F {
     }
 }
 
+/// A unary op on every element of a vector (one element in scalar code).
 #[cube]
-fn unary<F: Float>(x: F, #[comptime] op: UnaryOp) -> F {
+fn unary<F: Float, N: Size>(x: Vector<F, N>, #[comptime] op: UnaryOp) -> Vector<F, N> {
     match comptime![op] {
-        UnaryOp::Exp => F::exp(x),
-        UnaryOp::Log => F::ln(x),
-        UnaryOp::Sqrt => F::sqrt(x),
-        UnaryOp::Tanh => F::tanh(x),
-        UnaryOp::Erf => F::erf(x),
-        UnaryOp::Recip => F::recip(x),
-        UnaryOp::Abs => F::abs(x),
-        UnaryOp::Cos => F::cos(x),
-        UnaryOp::Sin => F::sin(x),
-        UnaryOp::Relu => F::max(x, F::new(0.0)),
-        UnaryOp::Sigmoid => F::new(1.0) / (F::new(1.0) + F::exp(-x)),
+        UnaryOp::Exp => Vector::exp(x),
+        UnaryOp::Log => Vector::ln(x),
+        UnaryOp::Sqrt => Vector::sqrt(x),
+        UnaryOp::Tanh => Vector::tanh(x),
+        UnaryOp::Erf => Vector::erf(x),
+        UnaryOp::Recip => Vector::recip(x),
+        UnaryOp::Abs => Vector::abs(x),
+        UnaryOp::Cos => Vector::cos(x),
+        UnaryOp::Sin => Vector::sin(x),
+        UnaryOp::Relu => <Vector<F, N> as FloatOps>::max(x, Vector::new(F::new(0.0))),
+        // 1 / (1 + exp(0 - x)): CubeCL's C++ vector types have no unary minus (NVRTC refuses
+        // `-float_4`); 0 - x differs from -x only in the sign of a zero, and exp(±0) = 1.
+        UnaryOp::Sigmoid => {
+            Vector::new(F::new(1.0))
+                / (Vector::new(F::new(1.0)) + Vector::exp(Vector::new(F::new(0.0)) - x))
+        }
         // Burn's GELU: x · (1 + erf(x / √2)) / 2.
         UnaryOp::Gelu => {
-            x * (F::new(1.0) + F::erf(x * F::new(core::f32::consts::FRAC_1_SQRT_2))) * F::new(0.5)
+            x * (Vector::new(F::new(1.0))
+                + Vector::erf(x * Vector::new(F::new(core::f32::consts::FRAC_1_SQRT_2))))
+                * Vector::new(F::new(0.5))
         }
     }
 }
 
 #[cube]
-fn binary<F: Float>(x: F, y: F, #[comptime] op: BinaryOp) -> F {
+fn binary<F: Float, N: Size>(
+    x: Vector<F, N>,
+    y: Vector<F, N>,
+    #[comptime] op: BinaryOp,
+) -> Vector<F, N> {
     match comptime![op] {
         BinaryOp::Add => x + y,
         BinaryOp::Sub => x - y,
         BinaryOp::Mul => x * y,
         BinaryOp::Div => x / y,
-        BinaryOp::Powf => F::powf(x, y),
+        BinaryOp::Powf => Vector::powf(x, y),
     }
 }

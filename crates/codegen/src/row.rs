@@ -14,6 +14,11 @@
 //! the loads of all columns are in flight together). A unit with more columns (rows longer
 //! than `KEPT × units`) streams them: each phase re-evaluates the program from the inputs.
 //!
+//! In a vectorized layout (`LaunchLayout::vector` > 1) a column is a vector of consecutive
+//! elements: units load, compute and store whole vectors, a reduction first combines a
+//! vector's elements (in order) and then the row's units, an input broadcast along the row is
+//! read once and splatted, and a row output is written as one element.
+//!
 //! The inputs' strides are the launch's [`LaunchLayout`], constants of the generated code.
 
 use burn_compile_schedule::{Instr, PointwiseKernel, ReduceOp, RowLayout};
@@ -92,10 +97,12 @@ fn phase_of(kernel: &PointwiseKernel, at: usize) -> usize {
 // `comptime!` the kernel is owned in the expansion (hence the borrows clippy sees as needless).
 #[allow(clippy::needless_range_loop, clippy::needless_borrow)]
 #[cube(launch_unchecked)]
-pub fn row<F: Float + ScalarArgType>(
-    inputs: &Sequence<Array<F>>,
+pub fn row<F: Float + ScalarArgType, N: Size>(
+    inputs: &Sequence<Array<Vector<F, N>>>,
+    narrow: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
-    outputs: &mut Sequence<Array<F>>,
+    outputs: &mut Sequence<Array<Vector<F, N>>>,
+    narrow_outputs: &mut Sequence<Array<F>>,
     #[comptime] spec: &KernelSpec,
     #[comptime] reduction: Reduction,
 ) {
@@ -113,7 +120,8 @@ pub fn row<F: Float + ScalarArgType>(
         terminate!();
     }
 
-    // Each input's offset at column 0 of this row (broadcast dimensions skipped).
+    // Each input's offset at column 0 of this row, in its buffer's units (broadcast
+    // dimensions skipped).
     let mut bases = Sequence::<usize>::new();
     #[unroll]
     for i in 0..kernel.inputs.len() {
@@ -124,7 +132,7 @@ pub fn row<F: Float + ScalarArgType>(
             // Coordinate of the row along dimension d (row-major over the row dimensions).
             let inner = comptime![layout.shape[d + 1..rank - 1].iter().product::<usize>()];
             let size = comptime![layout.shape[d]];
-            let stride = comptime![launch.strides[i][d]];
+            let stride = comptime![launch.buffer_stride(&kernel, i, d)];
             if comptime![!broadcast[d]] {
                 offset += ((row / inner) % size) * stride;
             }
@@ -135,12 +143,14 @@ pub fn row<F: Float + ScalarArgType>(
     // One buffer for every reduction of every row of the cube (one allocation also keeps the
     // generated code's layout deterministic); plane reductions leave it unused.
     let mut shared = SharedMemory::<f32>::new(comptime![units * per_cube]);
-    let per_unit = comptime![layout.columns().div_ceil(units)];
+    let per_unit = comptime![(layout.columns() / launch.vector).div_ceil(units)];
     if comptime![per_unit <= KEPT] {
-        kept::<F>(
+        kept::<F, N>(
             inputs,
+            narrow,
             scalars,
             outputs,
+            narrow_outputs,
             &bases,
             &mut shared,
             row,
@@ -149,10 +159,12 @@ pub fn row<F: Float + ScalarArgType>(
             reduction,
         );
     } else {
-        streamed::<F>(
+        streamed::<F, N>(
             inputs,
+            narrow,
             scalars,
             outputs,
+            narrow_outputs,
             &bases,
             &mut shared,
             row,
@@ -165,17 +177,20 @@ pub fn row<F: Float + ScalarArgType>(
 
 /// The unit's columns unrolled, their values kept in registers across phases. Where the units
 /// do not divide the row, the last column of some units lies past it: it is evaluated at the
-/// row's last column (a valid address), left out of the reductions and not stored.
+/// row's last column (a valid address), left out of the reductions and not stored. Columns are
+/// counted in vectors (`launch.vector` elements each; one in scalar code).
 #[allow(
     clippy::needless_range_loop,
     clippy::needless_borrow,
     clippy::too_many_arguments
 )]
 #[cube]
-fn kept<F: Float + ScalarArgType>(
-    inputs: &Sequence<Array<F>>,
+fn kept<F: Float + ScalarArgType, N: Size>(
+    inputs: &Sequence<Array<Vector<F, N>>>,
+    narrow: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
-    outputs: &mut Sequence<Array<F>>,
+    outputs: &mut Sequence<Array<Vector<F, N>>>,
+    narrow_outputs: &mut Sequence<Array<F>>,
     bases: &Sequence<usize>,
     shared: &mut SharedMemory<f32>,
     row: usize,
@@ -184,19 +199,20 @@ fn kept<F: Float + ScalarArgType>(
     #[comptime] reduction: Reduction,
 ) {
     let layout = comptime![layout(&kernel)];
-    let columns = comptime![layout.columns()];
+    let vector = comptime![launch.vector];
+    let columns = comptime![layout.columns() / vector];
     let units = comptime![layout.units as usize];
     let per_unit = comptime![columns.div_ceil(units)];
     let lane = UNIT_POS_X as usize;
 
     // Per column of the unit: its registers so far (register `k` is the `k`-th instruction's
     // value, since stores come last).
-    let mut slots = Sequence::<Sequence<F>>::new();
+    let mut slots = Sequence::<Sequence<Vector<F, N>>>::new();
     #[unroll]
     for _ in 0..per_unit {
-        slots.push(Sequence::<F>::new());
+        slots.push(Sequence::<Vector<F, N>>::new());
     }
-    let mut reduced = Sequence::<F>::new();
+    let mut reduced = Sequence::<Vector<F, N>>::new();
     let phases = comptime![reductions(&kernel)];
     let mut done = comptime![0usize];
     #[unroll]
@@ -213,8 +229,9 @@ fn kept<F: Float + ScalarArgType>(
             // Only the unit's last column can lie past the row.
             let ragged = comptime![(k + 1) * units > columns];
             let regs = slots.index_mut(k);
-            extend::<F>(
+            extend::<F, N>(
                 inputs,
+                narrow,
                 scalars,
                 bases,
                 &reduced,
@@ -225,17 +242,31 @@ fn kept<F: Float + ScalarArgType>(
                 done,
                 at,
             );
-            let v = f32::cast_from(*regs.index(a));
-            let v = if comptime![ragged] {
-                select(col < columns, v, identity(op))
-            } else {
-                v
-            };
-            let acc = combine(*partial.index(k), v, op);
-            partial.push(acc);
+            let value = *regs.index(a);
+            #[unroll]
+            for j in 0..vector {
+                let v = element::<F, N>(value, j, vector);
+                let v = if comptime![ragged] {
+                    select(col < columns, v, identity(op))
+                } else {
+                    v
+                };
+                let acc = combine(*partial.index(comptime![k * vector + j]), v, op);
+                partial.push(acc);
+            }
         }
-        let total = reduce_row(*partial.index(per_unit), shared, op, units, reduction);
-        reduced.push(F::cast_from(finish(total, op, columns)));
+        let total = reduce_row(
+            *partial.index(comptime![per_unit * vector]),
+            shared,
+            op,
+            units,
+            reduction,
+        );
+        reduced.push(Vector::new(F::cast_from(finish(
+            total,
+            op,
+            comptime![layout.columns()],
+        ))));
         comptime![done = at];
     }
 
@@ -245,8 +276,9 @@ fn kept<F: Float + ScalarArgType>(
         let col = lane + comptime![k * units];
         let ragged = comptime![(k + 1) * units > columns];
         let regs = slots.index_mut(k);
-        extend::<F>(
+        extend::<F, N>(
             inputs,
+            narrow,
             scalars,
             bases,
             &reduced,
@@ -259,11 +291,43 @@ fn kept<F: Float + ScalarArgType>(
         );
         if comptime![ragged] {
             if col < columns {
-                store::<F>(outputs, regs, row, col, kernel, comptime![k == 0]);
+                store::<F, N>(
+                    outputs,
+                    narrow_outputs,
+                    regs,
+                    row,
+                    col,
+                    kernel,
+                    launch,
+                    comptime![k == 0],
+                );
             }
         } else {
-            store::<F>(outputs, regs, row, col, kernel, comptime![k == 0]);
+            store::<F, N>(
+                outputs,
+                narrow_outputs,
+                regs,
+                row,
+                col,
+                kernel,
+                launch,
+                comptime![k == 0],
+            );
         }
+    }
+}
+
+/// Element `j` of a vector, as f32 (the reductions accumulate in f32).
+#[cube]
+fn element<F: Float + ScalarArgType, N: Size>(
+    value: Vector<F, N>,
+    #[comptime] j: usize,
+    #[comptime] vector: usize,
+) -> f32 {
+    if comptime![vector == 1] {
+        f32::cast_from(value)
+    } else {
+        f32::cast_from(value[j])
     }
 }
 
@@ -276,10 +340,12 @@ fn kept<F: Float + ScalarArgType>(
     clippy::too_many_arguments
 )]
 #[cube]
-fn streamed<F: Float + ScalarArgType>(
-    inputs: &Sequence<Array<F>>,
+fn streamed<F: Float + ScalarArgType, N: Size>(
+    inputs: &Sequence<Array<Vector<F, N>>>,
+    narrow: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
-    outputs: &mut Sequence<Array<F>>,
+    outputs: &mut Sequence<Array<Vector<F, N>>>,
+    narrow_outputs: &mut Sequence<Array<F>>,
     bases: &Sequence<usize>,
     shared: &mut SharedMemory<f32>,
     row: usize,
@@ -288,11 +354,12 @@ fn streamed<F: Float + ScalarArgType>(
     #[comptime] reduction: Reduction,
 ) {
     let layout = comptime![layout(&kernel)];
-    let columns = comptime![layout.columns()];
+    let vector = comptime![launch.vector];
+    let columns = comptime![layout.columns() / vector];
     let units = comptime![layout.units as usize];
     let lane = UNIT_POS_X as usize;
     let slot = UNIT_POS_Y as usize * units + lane;
-    let mut reduced = Sequence::<F>::new();
+    let mut reduced = Sequence::<Vector<F, N>>::new();
     let phases = comptime![reductions(&kernel)];
     #[unroll]
     for p in 0..phases.len() {
@@ -300,23 +367,41 @@ fn streamed<F: Float + ScalarArgType>(
         let (op, a) = comptime![reduction_at(&kernel, at)];
         shared[slot] = identity(op);
         for col in range_stepped(lane, columns, units) {
-            let mut regs = Sequence::<F>::new();
-            extend::<F>(
-                inputs, scalars, bases, &reduced, col, kernel, launch, &mut regs, 0usize, at,
+            let mut regs = Sequence::<Vector<F, N>>::new();
+            extend::<F, N>(
+                inputs, narrow, scalars, bases, &reduced, col, kernel, launch, &mut regs, 0usize,
+                at,
             );
-            shared[slot] = combine(shared[slot], f32::cast_from(*regs.index(a)), op);
+            let value = *regs.index(a);
+            #[unroll]
+            for j in 0..vector {
+                shared[slot] = combine(shared[slot], element::<F, N>(value, j, vector), op);
+            }
         }
         let total = reduce_row(shared[slot], shared, op, units, reduction);
-        reduced.push(F::cast_from(finish(total, op, columns)));
+        reduced.push(Vector::new(F::cast_from(finish(
+            total,
+            op,
+            comptime![layout.columns()],
+        ))));
     }
 
     let len = comptime![kernel.program.len()];
     for col in range_stepped(lane, columns, units) {
-        let mut regs = Sequence::<F>::new();
-        extend::<F>(
-            inputs, scalars, bases, &reduced, col, kernel, launch, &mut regs, 0usize, len,
+        let mut regs = Sequence::<Vector<F, N>>::new();
+        extend::<F, N>(
+            inputs, narrow, scalars, bases, &reduced, col, kernel, launch, &mut regs, 0usize, len,
         );
-        store::<F>(outputs, &regs, row, col, kernel, true);
+        store::<F, N>(
+            outputs,
+            narrow_outputs,
+            &regs,
+            row,
+            col,
+            kernel,
+            launch,
+            true,
+        );
     }
 }
 
@@ -331,9 +416,9 @@ fn clamp(col: usize, #[comptime] columns: usize, #[comptime] ragged: bool) -> us
     }
 }
 
-/// Evaluates instructions `start..stop` of the program at column `col` into `regs` (which holds
-/// the values of the instructions before `start`); reductions read their row value from
-/// `reduced`. Stores are skipped (they are not values, and come last).
+/// Evaluates instructions `start..stop` of the program at (vector) column `col` into `regs`
+/// (which holds the values of the instructions before `start`); reductions read their row
+/// value from `reduced`. Stores are skipped (they are not values, and come last).
 // Inside `comptime!` the kernel is owned in the expansion (the borrow clippy sees as needless).
 #[allow(
     clippy::needless_range_loop,
@@ -341,15 +426,16 @@ fn clamp(col: usize, #[comptime] columns: usize, #[comptime] ragged: bool) -> us
     clippy::needless_borrow
 )]
 #[cube]
-fn extend<F: Float + ScalarArgType>(
-    inputs: &Sequence<Array<F>>,
+fn extend<F: Float + ScalarArgType, N: Size>(
+    inputs: &Sequence<Array<Vector<F, N>>>,
+    narrow: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
     bases: &Sequence<usize>,
-    reduced: &Sequence<F>,
+    reduced: &Sequence<Vector<F, N>>,
     col: usize,
     #[comptime] kernel: &PointwiseKernel,
     #[comptime] launch: &LaunchLayout,
-    regs: &mut Sequence<F>,
+    regs: &mut Sequence<Vector<F, N>>,
     #[comptime] start: usize,
     #[comptime] stop: usize,
 ) {
@@ -359,21 +445,24 @@ fn extend<F: Float + ScalarArgType>(
         let instr = comptime![kernel.program[i].clone()];
         match instr {
             Instr::Load { input } => {
-                let broadcast = comptime![kernel.inputs[input as usize][rank - 1]];
-                let t = inputs.index(comptime![input as usize]);
-                let base = *bases.index(comptime![input as usize]);
-                let stride = comptime![launch.strides[input as usize][rank - 1]];
-                if comptime![broadcast] {
-                    regs.push(t[base]);
+                let input = comptime![input as usize];
+                let broadcast = comptime![kernel.inputs[input][rank - 1]];
+                let slot = comptime![launch.input_slot(&kernel, input)];
+                let base = *bases.index(input);
+                let stride = comptime![launch.buffer_stride(&kernel, input, rank - 1)];
+                if comptime![launch.narrow_input(&kernel, input)] {
+                    regs.push(Vector::new(narrow.index(slot)[base]));
+                } else if comptime![broadcast] {
+                    regs.push(inputs.index(slot)[base]);
                 } else {
-                    regs.push(t[base + col * stride]);
+                    regs.push(inputs.index(slot)[base + col * stride]);
                 }
             }
             Instr::Scalar { .. }
             | Instr::Const { .. }
             | Instr::Unary { .. }
             | Instr::Binary { .. } => {
-                regs.push(compute::<F>(regs, scalars, instr));
+                regs.push(compute::<F, N>(regs, scalars, instr));
             }
             Instr::Reduce { .. } => {
                 regs.push(*reduced.index(comptime![phase_of(&kernel, i)]));
@@ -383,40 +472,49 @@ fn extend<F: Float + ScalarArgType>(
     }
 }
 
-/// The program's stores at column `col` of `row` (outputs contiguous). A row output is written
-/// once per row, by the unit holding column 0 (`first`: this is the unit's first column).
+/// The program's stores at (vector) column `col` of `row` (outputs contiguous). A row output
+/// is written once per row, by the unit holding column 0 (`first`: this is the unit's first
+/// column); in a vectorized layout its buffer is narrow (one element per row).
 // The comptime test and the runtime one stay apart: CubeCL expands the first at compile time.
 #[allow(
     clippy::needless_range_loop,
     clippy::needless_borrow,
-    clippy::collapsible_if
+    clippy::collapsible_if,
+    clippy::too_many_arguments
 )]
 #[cube]
-fn store<F: Float + ScalarArgType>(
-    outputs: &mut Sequence<Array<F>>,
-    regs: &Sequence<F>,
+fn store<F: Float + ScalarArgType, N: Size>(
+    outputs: &mut Sequence<Array<Vector<F, N>>>,
+    narrow_outputs: &mut Sequence<Array<F>>,
+    regs: &Sequence<Vector<F, N>>,
     row: usize,
     col: usize,
     #[comptime] kernel: &PointwiseKernel,
+    #[comptime] launch: &LaunchLayout,
     #[comptime] first: bool,
 ) {
     let layout = comptime![layout(&kernel)];
-    let columns = comptime![layout.columns()];
+    let columns = comptime![layout.columns() / launch.vector];
     let len = comptime![kernel.program.len()];
     #[unroll]
     for i in 0..len {
         let instr = comptime![kernel.program[i].clone()];
         if let Instr::Store { output, value } = instr {
+            let output = comptime![output as usize];
+            let slot = comptime![launch.output_slot(&kernel, output)];
             let v = *regs.index(comptime![value as usize]);
-            let out = outputs.index_mut(comptime![output as usize]);
-            if comptime![layout.row_outputs[output as usize]] {
+            if comptime![layout.row_outputs[output]] {
                 if comptime![first] {
                     if col == 0 {
-                        out[row] = v;
+                        if comptime![launch.narrow_output(&kernel, output)] {
+                            narrow_outputs.index_mut(slot)[row] = v[0];
+                        } else {
+                            outputs.index_mut(slot)[row] = v;
+                        }
                     }
                 }
             } else {
-                out[row * columns + col] = v;
+                outputs.index_mut(slot)[row * columns + col] = v;
             }
         }
     }

@@ -63,6 +63,104 @@ fn a_broadcast_dimensions_stride_is_not_part_of_the_layout() {
     assert_ne!(a, LaunchLayout::new(&k, &[64, 128], &[&[1, 64], &[0, 1]]));
 }
 
+/// The widest vector each layout allows (a target allowing 4).
+#[test]
+fn vector_width_follows_the_layout() {
+    let width = |k: &PointwiseKernel, shape: &[usize], strides: &[&[usize]]| {
+        LaunchLayout::new(k, shape, strides).vectorize(k, 4).vector
+    };
+    let bias = support::bias_relu();
+    // Contiguous, and a bias broadcast along rows: vectors of 4.
+    assert_eq!(width(&bias, &[64, 128], &[&[128, 1], &[0, 1]]), 4);
+    // A last dimension of 6 takes pairs; of 7, nothing.
+    assert_eq!(width(&bias, &[64, 6], &[&[6, 1], &[0, 1]]), 2);
+    assert_eq!(width(&bias, &[64, 7], &[&[7, 1], &[0, 1]]), 1);
+    // A row stride that is not a multiple of the vector (a slice of a wider tensor): pairs.
+    assert_eq!(width(&bias, &[64, 128], &[&[130, 1], &[0, 1]]), 2);
+    // Strided along the last dimension (a transposed view): scalar code.
+    assert_eq!(width(&bias, &[64, 128], &[&[1, 64], &[0, 1]]), 1);
+    // An input broadcast along the last dimension is read once per vector (narrow).
+    let centre = support::row_broadcast();
+    let layout =
+        LaunchLayout::new(&centre, &[64, 128], &[&[128, 1], &[1, 0]]).vectorize(&centre, 4);
+    assert_eq!(layout.vector, 4);
+    assert!(!layout.narrow_input(&centre, 0) && layout.narrow_input(&centre, 1));
+    assert_eq!(
+        (layout.input_slot(&centre, 0), layout.input_slot(&centre, 1)),
+        (0, 0)
+    );
+    // In scalar code nothing is narrow.
+    assert!(
+        !LaunchLayout::new(&centre, &[64, 128], &[&[128, 1], &[1, 0]]).narrow_input(&centre, 1)
+    );
+    // A row kernel keeps at least one vector per unit of a row (32 units): 128 columns take
+    // 4, 64 take 2, 40 none; its row outputs are narrow.
+    let softmax = |n: usize| support::softmax_rows([2, 4, n]);
+    for (n, v) in [(128, 4), (64, 2), (40, 1)] {
+        let k = softmax(n);
+        let layout = LaunchLayout::contiguous(&k, &[2, 4, n]).vectorize(&k, 4);
+        assert_eq!(layout.vector, v, "{n} columns");
+        assert_eq!(layout.narrow_output(&k, 1), v > 1);
+        assert!(!layout.narrow_output(&k, 0));
+    }
+    // The target's widest access, narrowed by the buffers' alignment.
+    assert_eq!(burn_compile_codegen::widest_aligned(8, [0, 64, 4]), 4);
+    assert_eq!(burn_compile_codegen::widest_aligned(8, [0, 3]), 1);
+    assert_eq!(burn_compile_codegen::widest_aligned(4, []), 4);
+}
+
+/// Vectors of 4 × f32: a bias read in vectors (broadcast along rows only), `float_4` loads
+/// and stores on CUDA, `vec4<f32>` in WGSL.
+#[test]
+fn pointwise_vectorized_bias_relu() {
+    let k = support::bias_relu();
+    let layout = support::layout(&k).vectorize(&k, 4);
+    assert_eq!(layout.vector, 4);
+    snapshot_over("pointwise_vectorized_bias_relu", &k, &layout);
+}
+
+/// Vectors of 4 with an input broadcast along the last dimension: read once per vector and
+/// splatted.
+#[test]
+fn pointwise_vectorized_row_broadcast() {
+    let k = support::row_broadcast();
+    let layout = LaunchLayout::new(&k, &[64, 128], &[&[128, 1], &[1, 0]]).vectorize(&k, 4);
+    assert_eq!(layout.vector, 4);
+    snapshot_over("pointwise_vectorized_row_broadcast", &k, &layout);
+}
+
+/// W1's residual-free layer norm over 512 columns in vectors of 4: 128 vectors, 4 per unit;
+/// each reduction first combines a vector's elements, then the row's units.
+#[test]
+fn row_layer_norm_vectorized() {
+    let k = support::layer_norm(4096, 512);
+    let layout = support::layout(&k).vectorize(&k, 4);
+    assert_eq!(layout.vector, 4);
+    snapshot_over("row_layer_norm_vectorized", &k, &layout);
+}
+
+/// Softmax in vectors of 4 with its row sums: a narrow output written once per row.
+#[test]
+fn row_softmax_vectorized() {
+    let k = support::softmax_rows([32, 8, 128]);
+    let layout = support::layout(&k).vectorize(&k, 4);
+    assert_eq!(layout.vector, 4);
+    snapshot_over("row_softmax_vectorized", &k, &layout);
+}
+
+/// The layer norm of W1 in bf16 as CUDA runs it: vectors of 8 (16 bytes), accumulated in f32.
+#[test]
+fn row_layer_norm_bf16_vectorized_cuda() {
+    let mut k = support::layer_norm(4096, 512);
+    k.dtype = DType::BF16;
+    let layout = support::layout(&k).vectorize(&k, 8);
+    assert_eq!(layout.vector, 8);
+    let cuda = burn_compile_codegen::cuda_source(&k, &layout).expect("CUDA source");
+    insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => format!("{k:?} over {layout:?}") }, {
+        insta::assert_snapshot!("row_layer_norm_bf16_vectorized.cuda", cuda);
+    });
+}
+
 #[test]
 fn pointwise_constants() {
     snapshot("pointwise_constants", &support::constants());
@@ -152,6 +250,32 @@ fn every_unary_and_binary_op_compiles_on_both_targets() {
     }
 }
 
+/// Every op in vectors (4 × f32, 8 × bf16, 8 × f16) generates code on CUDA, and none of it
+/// negates a vector: CubeCL's C++ vector types (`float_4`) have no unary minus, which NVRTC
+/// refuses (regression: the vectorized sigmoid, `1 / (1 + exp(-x))`, failed to compile on the
+/// H200; it now computes `0 - x`).
+#[test]
+fn vectorized_ops_compile_for_cuda_without_negating_a_vector() {
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let kernels = UNARY_OPS
+            .into_iter()
+            .map(unary)
+            .chain(BINARY_OPS.into_iter().map(binary));
+        for mut k in kernels {
+            k.dtype = dtype;
+            let layout = LaunchLayout::contiguous(&k, &[1024]).vectorize(&k, 16 / dtype.size());
+            assert!(layout.vector > 1);
+            let cuda = burn_compile_codegen::cuda_source(&k, &layout)
+                .unwrap_or_else(|e| panic!("{dtype:?} {:?}: {e}", k.program));
+            assert!(
+                !cuda.contains("= -l_"),
+                "{dtype:?} {:?} negates a value:\n{cuda}",
+                k.program
+            );
+        }
+    }
+}
+
 #[test]
 fn half_precision_is_cuda_only() {
     let mut k = unary(UnaryOp::Exp);
@@ -171,13 +295,28 @@ fn half_precision_is_cuda_only() {
 fn generated_code_is_deterministic() {
     // Hash maps inside the compilers are seeded per instance: generate several times, on
     // several threads, for each kernel kind.
-    for k in [unary(UnaryOp::Exp), support::layer_norm(64, 512)] {
-        let first = (cuda_source(&k), wgsl_source(&k));
-        for _ in 0..4 {
-            let kernel = k.clone();
-            let again = std::thread::spawn(move || (cuda_source(&kernel), wgsl_source(&kernel)))
-                .join()
-                .unwrap();
+    // bf16 vectors use two vector types (pairs and octets), which CubeCL prints in hash order.
+    let mut bf16 = support::layer_norm(64, 512);
+    bf16.dtype = DType::BF16;
+    let kernels = [
+        (unary(UnaryOp::Exp), 1),
+        (support::layer_norm(64, 512), 1),
+        (support::layer_norm(64, 512), 4),
+        (bf16, 8),
+    ];
+    for (k, vector) in kernels {
+        let layout = support::layout(&k).vectorize(&k, vector);
+        let source = move |k: &PointwiseKernel| {
+            let wgsl = match k.dtype {
+                DType::F32 => Some(burn_compile_codegen::wgsl_source(k, &layout)),
+                _ => None,
+            };
+            (burn_compile_codegen::cuda_source(k, &layout), wgsl)
+        };
+        let first = source(&k);
+        for _ in 0..8 {
+            let (kernel, source) = (k.clone(), source.clone());
+            let again = std::thread::spawn(move || source(&kernel)).join().unwrap();
             assert_eq!(first, again, "{k:?}");
         }
     }

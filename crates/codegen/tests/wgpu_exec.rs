@@ -217,7 +217,9 @@ fn reference(
     outs
 }
 
-/// Runs `k` on wgpu and checks every output against the host reference.
+/// Runs `k` on wgpu and checks every output against the host reference: once in scalar code,
+/// once vectorized as widely as the layout allows (up to 4 × f32, wgpu's widest). Returns the
+/// vector width the second run took.
 fn check(
     client: &ComputeClient<WgpuRuntime>,
     name: &str,
@@ -225,7 +227,28 @@ fn check(
     shape: &[usize],
     inputs: &[Input],
     scalars: &[f32],
+) -> usize {
+    let strides: Vec<&[usize]> = inputs.iter().map(|i| i.strides.as_slice()).collect();
+    let scalar = LaunchLayout::new(k, shape, &strides);
+    run(client, name, k, &scalar, inputs, scalars);
+    let vectorized = scalar.vectorize(k, 4);
+    if vectorized.vector > 1 {
+        let name = format!("{name} (vectors of {})", vectorized.vector);
+        run(client, &name, k, &vectorized, inputs, scalars);
+    }
+    vectorized.vector
+}
+
+/// Runs `k` over `layout` on wgpu and checks every output against the host reference.
+fn run(
+    client: &ComputeClient<WgpuRuntime>,
+    name: &str,
+    k: &PointwiseKernel,
+    layout: &LaunchLayout,
+    inputs: &[Input],
+    scalars: &[f32],
 ) {
+    let shape = &layout.shape;
     let handles: Vec<_> = inputs
         .iter()
         .map(|i| client.create_from_slice(f32::as_bytes(&i.data)))
@@ -245,26 +268,21 @@ fn check(
         .iter()
         .map(|s| client.empty(s.iter().product::<usize>() * 4))
         .collect();
-    let strides: Vec<&[usize]> = inputs.iter().map(|i| i.strides.as_slice()).collect();
-    let layout = LaunchLayout::new(k, shape, &strides);
-    let arg = |h: &cubecl::server::Handle, len: usize| unsafe {
-        ArrayArg::<WgpuRuntime>::from_raw_parts(h.clone(), len)
-    };
     unsafe {
         launch_pointwise::<WgpuRuntime, f32>(
             client,
             k,
-            &layout,
+            layout,
             inputs
                 .iter()
                 .zip(&handles)
-                .map(|(i, h)| arg(h, i.data.len()))
+                .map(|(i, h)| (h.clone(), i.data.len()))
                 .collect(),
             scalars.to_vec(),
             outputs
                 .iter()
                 .zip(&out_shapes)
-                .map(|(h, s)| arg(h, s.iter().product()))
+                .map(|(h, s)| (h.clone(), s.iter().product()))
                 .collect(),
         );
     }
@@ -280,7 +298,7 @@ fn check(
             let tol = 1e-5 + 1e-4 * w.abs();
             assert!(
                 (*g as f64 - w).abs() <= tol,
-                "{name}: output {o}[{i}] = {g}, expected {w} (kernel {k:?})"
+                "{name}: output {o}[{i}] = {g}, expected {w} (kernel {k:?} over {layout:?})"
             );
         }
     }
@@ -290,9 +308,14 @@ fn check(
 fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
     let Some(client) = client() else { return };
 
-    // exp(x) * s0 + x over [5, 7] (35 elements: a partial cube).
+    // exp(x) * s0 + x over [5, 7] (35 elements: a partial cube; 7 columns: no vectors), and
+    // over [6, 64] (vectors of 4).
     let x = contiguous(&[5, 7], 1, -2.0, 2.0);
-    check(&client, "chain", &support::chain(), &[5, 7], &[x], &[0.75]);
+    let v = check(&client, "chain", &support::chain(), &[5, 7], &[x], &[0.75]);
+    assert_eq!(v, 1, "7 columns take no vectors");
+    let x = contiguous(&[6, 64], 11, -2.0, 2.0);
+    let v = check(&client, "chain", &support::chain(), &[6, 64], &[x], &[0.75]);
+    assert_eq!(v, 4);
 
     // Folded constants, and a kernel that reads no tensor.
     let x = contiguous(&[6, 5], 21, -2.0, 2.0);
@@ -319,6 +342,30 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
         &[x, bias],
         &[],
     );
+    // The same over [33, 16]: the bias is read in vectors too (broadcast along rows only).
+    let (x, bias) = (
+        contiguous(&[33, 16], 12, -1.0, 1.0),
+        contiguous(&[1, 16], 13, -0.5, 0.5),
+    );
+    let v = check(
+        &client,
+        "bias_relu",
+        &support::bias_relu(),
+        &[33, 16],
+        &[x, bias],
+        &[],
+    );
+    assert_eq!(v, 4);
+
+    // `(x - m[r, 1]) * s0`: an input broadcast along the last dimension, read once per vector
+    // and splatted (a narrow buffer).
+    let centre = support::row_broadcast();
+    let (x, m) = (
+        contiguous(&[20, 32], 14, -1.0, 1.0),
+        contiguous(&[20, 1], 15, -0.5, 0.5),
+    );
+    let v = check(&client, "centre", &centre, &[20, 32], &[x, m], &[1.5]);
+    assert_eq!(v, 4);
 
     // A transposed input: a contiguous [4, 3] buffer (strides [3, 1]) read as its transpose,
     // shape [3, 4] with strides [1, 3].
@@ -333,7 +380,11 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
         vec![load(0), load(1), bin(BinaryOp::Sub, 0, 1), store(0, 2)],
     );
     let y = contiguous(&[3, 4], 5, -1.0, 1.0);
-    check(&client, "transposed", &sub, &[3, 4], &[t, y], &[]);
+    let v = check(&client, "transposed", &sub, &[3, 4], &[t, y], &[]);
+    assert_eq!(
+        v, 1,
+        "an input strided along the last dimension takes no vectors"
+    );
 
     // Two outputs, activations, rank 3.
     let x = contiguous(&[2, 3, 5], 6, 0.1, 2.0);
@@ -351,8 +402,9 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
     // softmax over rank 3 with a row output (15 rows: 1 per cube; 40 columns, ragged);
     // 64 rows of 128 (8 rows per cube, 4 columns per unit, no ragged end); rows longer than a
     // plane's share (3000 columns: 256 units, ragged) and than the registers' (9000 columns:
-    // streamed through shared slots).
-    let layer_norm = |rows: usize, n: usize, seed: u64| {
+    // streamed through shared slots; in vectors of 4, 40000 columns are). Vectorized, 300
+    // columns are 75 vectors over 32 units (ragged).
+    let layer_norm = |rows: usize, n: usize, seed: u64| -> usize {
         let (x, g, b) = (
             contiguous(&[rows, n], seed, -2.0, 2.0),
             contiguous(&[1, n], seed + 1, 0.5, 1.5),
@@ -360,15 +412,18 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
         );
         let ln = support::layer_norm(rows, n);
         let name = format!("layer_norm {rows}×{n}");
-        check(&client, &name, &ln, &[rows, n], &[x, g, b], &[1e-5]);
+        check(&client, &name, &ln, &[rows, n], &[x, g, b], &[1e-5])
     };
-    layer_norm(6, 300, 7);
-    layer_norm(4, 3000, 50);
-    layer_norm(2, 9000, 60);
-    for (shape, seed) in [([3, 5, 40], 10), ([2, 32, 128], 70)] {
+    assert_eq!(layer_norm(6, 300, 7), 4);
+    assert_eq!(layer_norm(4, 3000, 50), 4);
+    assert_eq!(layer_norm(2, 9000, 60), 4);
+    assert_eq!(layer_norm(1, 40000, 80), 4);
+    // 40 columns are fewer than a vector per unit: scalar code. 128 are one vector of 4 per
+    // unit, and the row sums (a row output) are a narrow buffer.
+    for (shape, seed, width) in [([3, 5, 40], 10, 1), ([2, 32, 128], 70, 4)] {
         let x = contiguous(&shape, seed, -4.0, 4.0);
         let sm = support::softmax_rows(shape);
-        check(
+        let v = check(
             &client,
             &format!("softmax {shape:?}"),
             &sm,
@@ -376,7 +431,30 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
             &[x],
             &[],
         );
+        assert_eq!(v, width, "softmax over {shape:?}");
     }
+    // A row kernel reading an input broadcast along the row (a narrow buffer):
+    // `x·s[r, 1] - Σ x·s`.
+    let rows = support::row_kernel(
+        &[8, 256],
+        vec![vec![false, false], vec![false, true]],
+        vec![false],
+        0,
+        vec![
+            load(0),
+            load(1),
+            bin(BinaryOp::Mul, 0, 1),
+            support::reduce(ReduceOp::Sum, 2),
+            bin(BinaryOp::Sub, 2, 3),
+            store(0, 4),
+        ],
+    );
+    let (x, r) = (
+        contiguous(&[8, 256], 90, -1.0, 1.0),
+        contiguous(&[8, 1], 91, 0.5, 1.5),
+    );
+    let v = check(&client, "row narrow input", &rows, &[8, 256], &[x, r], &[]);
+    assert_eq!(v, 4);
 
     // Every unary op on its domain, every binary op.
     for (i, op) in UNARY_OPS.into_iter().enumerate() {

@@ -143,6 +143,24 @@ pub fn softmax_rows(shape: [usize; 3]) -> PointwiseKernel {
     )
 }
 
+/// `(x - m[r, 1]) * s0`: an input broadcast along the last dimension (a row statistic).
+pub fn row_broadcast() -> PointwiseKernel {
+    kernel(
+        2,
+        vec![vec![false, false], vec![false, true]],
+        1,
+        1,
+        vec![
+            load(0),
+            load(1),
+            bin(BinaryOp::Sub, 0, 1),
+            Instr::Scalar { index: 0 },
+            bin(BinaryOp::Mul, 2, 3),
+            store(0, 4),
+        ],
+    )
+}
+
 /// `out = exp(x) * s0 + x`, rank 2, one runtime scalar.
 pub fn chain() -> PointwiseKernel {
     kernel(
