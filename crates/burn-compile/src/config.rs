@@ -52,6 +52,12 @@ pub struct CompileConfig {
     /// steps read, in the slots of one buffer reserved per replay, shared by liveness: one
     /// allocation per replay in place of one per tensor (`BURN_COMPILE_MEMORY_PLAN`).
     pub memory_planning: bool,
+    /// Generated kernels load, compute and store vectors of consecutive elements (16 bytes:
+    /// 4 × f32, 8 × f16/bf16) where every buffer's layout and alignment allows, scalar code
+    /// elsewhere (`BURN_COMPILE_VECTORIZE`). Off: the fused groups' kernels run scalar code;
+    /// the operand copies that library matmuls, attention and copying reshapes need keep their
+    /// vectors (they are made where no config is at hand, and are plain copies).
+    pub vectorize: bool,
     /// Time each attention problem's kernel against its parts on its first replays (synced
     /// runs, like Burn's autotune) and keep the faster; `false`: the kernel always
     /// (`BURN_COMPILE_ATTENTION_AUTOTUNE`). The decision is logged (`output_code`).
@@ -95,6 +101,7 @@ impl Default for CompileConfig {
             attention: true,
             attention_f32: false,
             memory_planning: true,
+            vectorize: true,
             attention_autotune: true,
             strict: false,
             inject_kernel_failure: false,
@@ -200,6 +207,9 @@ impl CompileConfig {
         if let Some((k, v)) = get("BURN_COMPILE_MEMORY_PLAN") {
             self.memory_planning = parse_bool(&k, &v)?;
         }
+        if let Some((k, v)) = get("BURN_COMPILE_VECTORIZE") {
+            self.vectorize = parse_bool(&k, &v)?;
+        }
         if let Some((k, v)) = get("BURN_COMPILE_ATTENTION_AUTOTUNE") {
             self.attention_autotune = parse_bool(&k, &v)?;
         }
@@ -287,8 +297,11 @@ mod tests {
                 ("BURN_COMPILE_FUSION", "off"),
                 ("BURN_COMPILE_CSE", "false"),
                 ("BURN_COMPILE_DEVICE_THREAD", "1"),
+                ("BURN_COMPILE_VECTORIZE", "no"),
             ]))
             .unwrap();
+        assert!(!config.vectorize);
+        assert!(CompileConfig::default().vectorize);
         assert!(!config.fusion);
         assert!(!config.common_subexpressions);
         assert_eq!(config.max_graph_ops, 64);

@@ -146,6 +146,7 @@ pub(crate) struct Counters {
     pub eager_ops: AtomicU64,
     pub kernel_fallbacks: AtomicU64,
     pub attention_kernels: AtomicU64,
+    pub vectorized_kernels: AtomicU64,
     pub breaks: [AtomicU64; 9],
 }
 
@@ -160,6 +161,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     eager_ops: AtomicU64::new(0),
     kernel_fallbacks: AtomicU64::new(0),
     attention_kernels: AtomicU64::new(0),
+    vectorized_kernels: AtomicU64::new(0),
     breaks: [const { AtomicU64::new(0) }; 9],
 };
 
@@ -229,6 +231,12 @@ pub(crate) fn report(record: GraphRecord, owner: ThreadId, own_thread: bool) {
 /// A generated kernel failed and its ops ran on the inner backend.
 pub(crate) fn kernel_fallback() {
     COUNTERS.kernel_fallbacks.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A generated kernel was launched with vector loads and stores.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+pub(crate) fn vectorized_kernel() {
+    COUNTERS.vectorized_kernels.fetch_add(1, Ordering::Relaxed);
 }
 
 /// An attention step ran as one attention kernel.

@@ -29,6 +29,9 @@ pub struct Metrics {
     pub kernel_fallbacks: u64,
     /// Attention steps that ran as one attention kernel (the others ran their parts).
     pub attention_kernels: u64,
+    /// Generated kernel launches that loaded and stored vectors (`CompileConfig::vectorize`;
+    /// the others ran scalar code: a layout or alignment that allowed none, or vectorize off).
+    pub vectorized_kernels: u64,
     /// Breaks per reason, in [`BreakReason::ALL`] order.
     pub breaks: Vec<(BreakReason, u64)>,
 }
@@ -56,6 +59,7 @@ impl Metrics {
             eager_ops: self.eager_ops - earlier.eager_ops,
             kernel_fallbacks: self.kernel_fallbacks - earlier.kernel_fallbacks,
             attention_kernels: self.attention_kernels - earlier.attention_kernels,
+            vectorized_kernels: self.vectorized_kernels - earlier.vectorized_kernels,
             breaks: self
                 .breaks
                 .iter()
@@ -79,6 +83,7 @@ pub fn metrics() -> Metrics {
         eager_ops: c.eager_ops.load(Relaxed),
         kernel_fallbacks: c.kernel_fallbacks.load(Relaxed),
         attention_kernels: c.attention_kernels.load(Relaxed),
+        vectorized_kernels: c.vectorized_kernels.load(Relaxed),
         breaks: BreakReason::ALL
             .iter()
             .zip(c.breaks.iter())

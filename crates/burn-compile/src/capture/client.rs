@@ -414,12 +414,7 @@ impl<B: BackendIr> Shared<B> {
         }
         let diagnostics_on = diagnostics::wanted(config.diagnostics);
         let inner = self.executor.inner();
-        inner.set_kernel_policy(
-            config.strict,
-            config.inject_kernel_failure,
-            config.attention_autotune,
-            config.replay_on_device_thread,
-        );
+        inner.set_kernel_policy(config);
         let kernels = inner.kernels();
         let accepts = kernels.map(|k| move |kernel: &_| k.accepts(kernel));
         let accepts_matmul = kernels.map(|k| move |group: &_| k.accepts_matmul(group));

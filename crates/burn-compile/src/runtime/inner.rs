@@ -33,6 +33,8 @@ pub(crate) struct InnerDevice<B: BackendIr> {
     attention_autotune: AtomicBool,
     /// `CompileConfig::replay_on_device_thread` of the device, as last read.
     device_thread: AtomicBool,
+    /// `CompileConfig::vectorize` of the device, as last read.
+    vectorize: AtomicBool,
     /// Per attention problem (dims, dtype), how far the timing of the kernel against the parts
     /// has come, or what it decided.
     attention_tuning: Mutex<FxHashMap<([usize; 6], DType), Tuning>>,
@@ -66,23 +68,23 @@ impl<B: BackendIr> InnerDevice<B> {
             inject_failure: AtomicBool::new(false),
             attention_autotune: AtomicBool::new(true),
             device_thread: AtomicBool::new(false),
+            vectorize: AtomicBool::new(true),
             attention_tuning: Mutex::new(FxHashMap::default()),
         }
     }
 
-    /// What a failed generated kernel does (see `CompileConfig::strict`).
-    pub fn set_kernel_policy(
-        &self,
-        strict: bool,
-        inject_failure: bool,
-        attention_autotune: bool,
-        device_thread: bool,
-    ) {
-        self.strict.store(strict, Ordering::Relaxed);
-        self.inject_failure.store(inject_failure, Ordering::Relaxed);
+    /// How replays run generated kernels under `config`: what a failed kernel does
+    /// (`strict`, `inject_kernel_failure`), the attention autotune, where replays run, and
+    /// whether kernels are vectorized.
+    pub fn set_kernel_policy(&self, config: &crate::config::CompileConfig) {
+        self.strict.store(config.strict, Ordering::Relaxed);
+        self.inject_failure
+            .store(config.inject_kernel_failure, Ordering::Relaxed);
         self.attention_autotune
-            .store(attention_autotune, Ordering::Relaxed);
-        self.device_thread.store(device_thread, Ordering::Relaxed);
+            .store(config.attention_autotune, Ordering::Relaxed);
+        self.device_thread
+            .store(config.replay_on_device_thread, Ordering::Relaxed);
+        self.vectorize.store(config.vectorize, Ordering::Relaxed);
     }
 
     /// Runs `f` (a plan's replay) on the inner backend's device thread when it has one and
@@ -414,7 +416,15 @@ impl<B: BackendIr> InnerDevice<B> {
         if self.inject_failure.load(Ordering::Relaxed) {
             return Err("failure injected (inject_kernel_failure)".into());
         }
-        let outputs = target.pointwise(&group.kernel, &group.shape, &inputs, &scalars, into)?;
+        let vectorize = self.vectorize.load(Ordering::Relaxed);
+        let outputs = target.pointwise(
+            &group.kernel,
+            &group.shape,
+            &inputs,
+            &scalars,
+            into,
+            vectorize,
+        )?;
         drop(inputs);
         for (slot, out) in group.outputs.iter().zip(outputs) {
             handles.register_handle(output(slot).id, B::float_tensor_handle(out));

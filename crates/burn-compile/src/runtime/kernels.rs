@@ -32,6 +32,7 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
     /// the outputs, contiguous (of `shape`, or of its row shape for a row kernel's row
     /// outputs): output `o` in the slot buffer `into[o]` (from [`KernelTarget::slab`]) when
     /// given, else newly allocated; or why the kernel could not be compiled or launched.
+    /// `vectorize`: vector loads and stores where the buffers allow (else scalar code).
     fn pointwise(
         &self,
         kernel: &PointwiseKernel,
@@ -39,6 +40,7 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
         inputs: &[T],
         scalars: &[f64],
         into: &[Option<&T>],
+        vectorize: bool,
     ) -> Result<Vec<T>, String>;
 
     /// Calls `task` once, on the device's own thread where it has one (CubeCL's device
@@ -191,8 +193,10 @@ mod cuda {
             inputs: &[Tensor],
             scalars: &[f64],
             into: &[Option<&Tensor>],
+            vectorize: bool,
         ) -> Result<Vec<Tensor>, String> {
-            self.kernels.pointwise(kernel, shape, inputs, scalars, into)
+            self.kernels
+                .pointwise(kernel, shape, inputs, scalars, into, vectorize)
         }
 
         fn reshape_copy(&self, input: &Tensor, shape: &Shape) -> Option<Tensor> {
@@ -237,12 +241,13 @@ mod cube {
     use super::KernelTarget;
     use burn_backend::ops::AttentionModuleOptions;
     use burn_backend::{DType, ElementConversion};
-    use burn_compile_codegen::{LaunchLayout, launch_pointwise};
+    use burn_compile_codegen::{LaunchLayout, launch_pointwise, widest_aligned};
     use burn_compile_schedule::{AttentionGroup, Instr, PointwiseKernel};
     use burn_cubecl::CubeRuntime;
     use burn_cubecl::cubecl::ScalarArgType;
     use burn_cubecl::cubecl::client::ComputeClient;
-    use burn_cubecl::cubecl::prelude::{ArrayArg, Float};
+    use burn_cubecl::cubecl::prelude::Float;
+    use burn_cubecl::cubecl::server::Handle;
     use burn_cubecl::cubecl::server::MemoryLayoutDescriptor;
     use burn_cubecl::kernel::attention::{AttentionStrategy, attention};
     use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -405,7 +410,7 @@ mod cube {
                     )
                 })
                 .collect();
-            if !launch_any(&first.client, &kernel, &inputs, &[], &copies, &shape) {
+            if !launch_any(&first.client, &kernel, &inputs, &[], &copies, &shape, true) {
                 // No generated kernel for this dtype: the inner backend's copy.
                 for (i, _, _, _) in &group {
                     out[*i] = Some(burn_cubecl::kernel::into_contiguous(tensors[*i].clone()));
@@ -471,6 +476,7 @@ mod cube {
             &[],
             &outputs,
             &shape,
+            true,
         )
         .then(|| outputs.into_iter().next().expect("one output"))
     }
@@ -519,6 +525,7 @@ mod cube {
 
     /// Launches `kernel` (any float dtype with a CubeCL element type) over `shape`; `false`
     /// when its dtype has none.
+    /// `vectorize`: vector loads and stores where the buffers allow.
     pub(crate) fn launch_any<R: CubeRuntime>(
         client: &ComputeClient<R>,
         kernel: &PointwiseKernel,
@@ -526,39 +533,62 @@ mod cube {
         scalars: &[f64],
         outputs: &[CubeTensor<R>],
         shape: &Shape,
+        vectorize: bool,
     ) -> bool {
+        let args = (client, kernel, inputs, scalars, outputs, shape, vectorize);
         match kernel.dtype {
-            DType::F32 => launch::<R, f32>(client, kernel, inputs, scalars, outputs, shape),
-            DType::F16 => launch::<R, half::f16>(client, kernel, inputs, scalars, outputs, shape),
-            DType::BF16 => launch::<R, half::bf16>(client, kernel, inputs, scalars, outputs, shape),
-            DType::F64 => launch::<R, f64>(client, kernel, inputs, scalars, outputs, shape),
+            DType::F32 => launch::<R, f32>(args),
+            DType::F16 => launch::<R, half::f16>(args),
+            DType::BF16 => launch::<R, half::bf16>(args),
+            DType::F64 => launch::<R, f64>(args),
             _ => return false,
         }
         true
     }
 
+    /// The arguments of [`launch`], as [`launch_any`] takes them.
+    type LaunchArgs<'a, R> = (
+        &'a ComputeClient<R>,
+        &'a PointwiseKernel,
+        &'a [CubeTensor<R>],
+        &'a [f64],
+        &'a [CubeTensor<R>],
+        &'a Shape,
+        bool,
+    );
+
     /// Launches `kernel` over `shape`, specialized on the inputs' strides ([`LaunchLayout`]:
-    /// buffers as plain arrays, no metadata uploaded per launch).
+    /// buffers as plain arrays, no metadata uploaded per launch), vectorized where `vectorize`
+    /// and the buffers allow: the widest vector the runtime loads at once for the dtype (16
+    /// bytes on CUDA), narrowed to what every buffer's start is aligned to.
     fn launch<R: CubeRuntime, E: Float + ScalarArgType + ElementConversion>(
-        client: &ComputeClient<R>,
-        kernel: &PointwiseKernel,
-        inputs: &[CubeTensor<R>],
-        scalars: &[f64],
-        outputs: &[CubeTensor<R>],
-        shape: &Shape,
+        (client, kernel, inputs, scalars, outputs, shape, vectorize): LaunchArgs<'_, R>,
     ) {
         let strides: Vec<&[usize]> = inputs.iter().map(|t| &t.meta.strides()[..]).collect();
-        let layout = LaunchLayout::new(kernel, shape.as_slice(), &strides);
+        let mut layout = LaunchLayout::new(kernel, shape.as_slice(), &strides);
         let elem = kernel.dtype.size() as u64;
-        // SAFETY: each buffer's length is what its handle holds.
-        let args = |ts: &[CubeTensor<R>]| -> Vec<ArrayArg<R>> {
+        if vectorize {
+            let widest = client
+                .io_optimized_vector_sizes(elem as usize)
+                .max()
+                .unwrap_or(1);
+            // A start that is not a whole element offset allows no vector at all.
+            let offsets = inputs.iter().chain(outputs).map(|t| {
+                let bytes = t.handle.offset_start.unwrap_or(0);
+                if bytes.is_multiple_of(elem) {
+                    (bytes / elem) as usize
+                } else {
+                    1
+                }
+            });
+            layout = layout.vectorize(kernel, widest_aligned(widest, offsets));
+            if layout.vector > 1 {
+                crate::diagnostics::vectorized_kernel();
+            }
+        }
+        let args = |ts: &[CubeTensor<R>]| -> Vec<(Handle, usize)> {
             ts.iter()
-                .map(|t| unsafe {
-                    ArrayArg::from_raw_parts(
-                        t.handle.clone(),
-                        (t.handle.size_in_used() / elem) as usize,
-                    )
-                })
+                .map(|t| (t.handle.clone(), (t.handle.size_in_used() / elem) as usize))
                 .collect()
         };
         let scalars = scalars.iter().map(|s| E::from_elem(*s)).collect();
@@ -631,6 +661,7 @@ mod cube {
             inputs: &[CubeTensor<R>],
             scalars: &[f64],
             into: &[Option<&CubeTensor<R>>],
+            vectorize: bool,
         ) -> Result<Vec<CubeTensor<R>>, String> {
             let step = if kernel.row.is_some() {
                 "kernel (row)"
@@ -644,8 +675,15 @@ mod cube {
             // refuses it: that is a failed compile, reported to the caller (which falls back).
             let launched = crate::runtime::profile::part(step, "launch", || {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let launched =
-                        launch_any(&self.client, kernel, inputs, scalars, &outputs, shape);
+                    let launched = launch_any(
+                        &self.client,
+                        kernel,
+                        inputs,
+                        scalars,
+                        &outputs,
+                        shape,
+                        vectorize,
+                    );
                     assert!(
                         launched,
                         "the plan only keeps accepted kernels, not {:?}",
