@@ -36,6 +36,10 @@ pub struct GraphRecord {
     pub memory: PlannedMemory,
     /// One line per generated kernel (kind, shape, ops fused), when diagnostics are on.
     pub kernels: Vec<String>,
+    /// Each generated kernel's program and iteration shape, when diagnostics are on: its
+    /// source for a target is `burn_compile_codegen::cuda_source` / `wgsl_source` over a
+    /// `LaunchLayout` of that shape (what a reviewer reads, as the snapshots do).
+    pub generated: Vec<(burn_compile_schedule::PointwiseKernel, Vec<usize>)>,
     /// Ops removed as dead code.
     pub dead: usize,
     /// Ops that repeat an earlier one and share its result (common subexpressions).

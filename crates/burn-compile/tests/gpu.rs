@@ -483,6 +483,28 @@ fn wgpu_row_kernel_gradients_match_eager() {
     for (c, e) in compiled.iter().zip(grads::<Autodiff<Eager>>(data)) {
         c.assert_approx_eq::<f32>(&e, tol());
     }
+    // The generated code of the step's kernels, backward ones included, is reviewed as a
+    // snapshot (offline text over contiguous layouts of the captured shapes; the snapshot
+    // files live beside this source, so the H200's run of this binary skips it).
+    #[cfg(not(feature = "cuda"))]
+    {
+        use burn_compile_codegen::{LaunchLayout, cuda_source, wgsl_source};
+        let generated: Vec<_> = report.graphs.iter().flat_map(|g| &g.generated).collect();
+        assert_eq!(generated.len(), report.fused_kernels, "{report}");
+        let (mut cuda, mut wgsl) = (String::new(), String::new());
+        for (i, (kernel, shape)) in generated.into_iter().enumerate() {
+            let layout = LaunchLayout::contiguous(kernel, shape);
+            let head = format!("\n// kernel {i}: {kernel:?} over {shape:?}\n");
+            cuda += &head;
+            cuda += &cuda_source(kernel, &layout).expect("CUDA source");
+            wgsl += &head;
+            wgsl += &wgsl_source(kernel, &layout).expect("WGSL source");
+        }
+        insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => "Burn's LayerNorm + softmax: forward, loss, backward (wgpu_row_kernel_gradients_match_eager)" }, {
+            insta::assert_snapshot!("training_step_layer_norm_softmax.cuda", cuda);
+            insta::assert_snapshot!("training_step_layer_norm_softmax.wgsl", wgsl);
+        });
+    }
 }
 
 /// A generated kernel that cannot run (fault injection stands in for a compiler failure) falls

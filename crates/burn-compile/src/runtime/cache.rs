@@ -123,6 +123,14 @@ impl PlanCache {
             } else {
                 Vec::new()
             },
+            generated: if diagnostics {
+                plan.pointwise
+                    .iter()
+                    .map(|g| (g.kernel.clone(), g.shape.as_slice().to_vec()))
+                    .collect()
+            } else {
+                Vec::new()
+            },
             dead: plan.dead as usize,
             merged: plan.merged(),
             cache_hit,
