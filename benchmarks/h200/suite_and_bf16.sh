@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the H200 (see README.md here): the GPU suite, then W1 bf16 (eager + compiled, vectorized), compiled with
-# scalar kernels, compiled vectorized again.
+# On the H200 (see README.md here): the GPU suite, then W1 bf16 (Burn eager and Compiled in one
+# process, vectorized kernels), then Compiled alone with scalar kernels.
 set -u
 cd "$(dirname "$0")"
 for f in *.xz; do b=${f%.xz}; [ -x "$b" ] || { python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" "$f" "$b" && chmod +x "$b"; }; done
