@@ -524,8 +524,11 @@ mod cube {
     }
 
     /// Launches `kernel` (any float dtype with a CubeCL element type) over `shape`; `false`
-    /// when its dtype has none.
-    /// `vectorize`: vector loads and stores where the buffers allow.
+    /// when its dtype has none. The kernel is specialized on the inputs' strides
+    /// ([`LaunchLayout`]: buffers as plain arrays, no metadata uploaded per launch) and, with
+    /// `vectorize`, vectorized where the buffers allow: the widest vector the runtime loads at
+    /// once for the dtype (16 bytes on CUDA), narrowed to what every buffer's start is aligned
+    /// to.
     pub(crate) fn launch_any<R: CubeRuntime>(
         client: &ComputeClient<R>,
         kernel: &PointwiseKernel,
@@ -535,35 +538,6 @@ mod cube {
         shape: &Shape,
         vectorize: bool,
     ) -> bool {
-        let args = (client, kernel, inputs, scalars, outputs, shape, vectorize);
-        match kernel.dtype {
-            DType::F32 => launch::<R, f32>(args),
-            DType::F16 => launch::<R, half::f16>(args),
-            DType::BF16 => launch::<R, half::bf16>(args),
-            DType::F64 => launch::<R, f64>(args),
-            _ => return false,
-        }
-        true
-    }
-
-    /// The arguments of [`launch`], as [`launch_any`] takes them.
-    type LaunchArgs<'a, R> = (
-        &'a ComputeClient<R>,
-        &'a PointwiseKernel,
-        &'a [CubeTensor<R>],
-        &'a [f64],
-        &'a [CubeTensor<R>],
-        &'a Shape,
-        bool,
-    );
-
-    /// Launches `kernel` over `shape`, specialized on the inputs' strides ([`LaunchLayout`]:
-    /// buffers as plain arrays, no metadata uploaded per launch), vectorized where `vectorize`
-    /// and the buffers allow: the widest vector the runtime loads at once for the dtype (16
-    /// bytes on CUDA), narrowed to what every buffer's start is aligned to.
-    fn launch<R: CubeRuntime, E: Float + ScalarArgType + ElementConversion>(
-        (client, kernel, inputs, scalars, outputs, shape, vectorize): LaunchArgs<'_, R>,
-    ) {
         let strides: Vec<&[usize]> = inputs.iter().map(|t| &t.meta.strides()[..]).collect();
         let mut layout = LaunchLayout::new(kernel, shape.as_slice(), &strides);
         let elem = kernel.dtype.size() as u64;
@@ -582,29 +556,42 @@ mod cube {
                 }
             });
             layout = layout.vectorize(kernel, widest_aligned(widest, offsets));
-            if layout.vector > 1 {
-                crate::diagnostics::vectorized_kernel();
-            }
         }
-        let args = |ts: &[CubeTensor<R>]| -> Vec<(Handle, usize)> {
+        let buffers = |ts: &[CubeTensor<R>]| -> Vec<(Handle, usize)> {
             ts.iter()
                 .map(|t| (t.handle.clone(), (t.handle.size_in_used() / elem) as usize))
                 .collect()
         };
+        let (ins, outs) = (buffers(inputs), buffers(outputs));
+        match kernel.dtype {
+            DType::F32 => launch::<R, f32>(client, kernel, &layout, ins, scalars, outs),
+            DType::F16 => launch::<R, half::f16>(client, kernel, &layout, ins, scalars, outs),
+            DType::BF16 => launch::<R, half::bf16>(client, kernel, &layout, ins, scalars, outs),
+            DType::F64 => launch::<R, f64>(client, kernel, &layout, ins, scalars, outs),
+            _ => return false,
+        }
+        if layout.vector > 1 {
+            crate::diagnostics::vectorized_kernel();
+        }
+        true
+    }
+
+    /// Launches `kernel` over `layout` with element type `E`: `inputs` and `outputs` are
+    /// buffers and their lengths in elements.
+    fn launch<R: CubeRuntime, E: Float + ScalarArgType + ElementConversion>(
+        client: &ComputeClient<R>,
+        kernel: &PointwiseKernel,
+        layout: &LaunchLayout,
+        inputs: Vec<(Handle, usize)>,
+        scalars: &[f64],
+        outputs: Vec<(Handle, usize)>,
+    ) {
         let scalars = scalars.iter().map(|s| E::from_elem(*s)).collect();
         // SAFETY: the schedule built the kernel from these tensors' shapes (each input broadcasts
-        // to `shape`, the outputs have it and are contiguous) and dtype (dispatched by the
-        // caller); the layout holds the inputs' own strides.
-        unsafe {
-            launch_pointwise::<R, E>(
-                client,
-                kernel,
-                &layout,
-                args(inputs),
-                scalars,
-                args(outputs),
-            )
-        };
+        // to the iteration shape, the outputs have it and are contiguous) and dtype (dispatched
+        // by the caller); the layout holds the inputs' own strides, and a vector width that
+        // every buffer's start is aligned to.
+        unsafe { launch_pointwise::<R, E>(client, kernel, layout, inputs, scalars, outputs) };
     }
 
     impl<R: CubeRuntime> KernelTarget<CubeTensor<R>> for CubeTarget<R> {
