@@ -32,9 +32,9 @@ pub struct CompileConfig {
     /// (`BURN_COMPILE_FUSION`).
     pub fusion: bool,
     /// Run matrix products (matmul, linear and its gradients) through a library matmul with
-    /// fused epilogues (bias, ReLU) where the inner backend has one: cuBLASLt on CUDA. `false`
-    /// keeps the inner backend's own matmul (cubek), which is also what runs on wgpu and where
-    /// cuBLASLt cannot be loaded (`BURN_COMPILE_LIBRARY_MATMUL`).
+    /// fused epilogues (bias, scale, residual add, ReLU) where the inner backend has one:
+    /// cuBLASLt on CUDA. `false` keeps the inner backend's own matmul (cubek), which is also
+    /// what runs on wgpu and where cuBLASLt cannot be loaded (`BURN_COMPILE_LIBRARY_MATMUL`).
     pub library_matmul: bool,
     /// Run attention written from parts (`softmax(q @ kᵀ / √d) @ v`, as Burn's
     /// `MultiHeadAttention` computes it without mask or dropout) as one flash-attention kernel

@@ -448,6 +448,43 @@ fn wgpu_layer_norm_and_softmax_are_one_row_kernel_and_match_eager() {
     inputs.0.into_data().assert_eq(&x, true);
 }
 
+/// Log-softmax (a classifier's loss) is one row kernel, forward; its gradients match eager.
+#[test]
+fn wgpu_log_softmax_is_one_row_kernel_and_matches_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let device = Default::default();
+    let (x, y) = (
+        support::float_data(&[6, 40], 31, -6.0, 6.0),
+        support::float_data(&[6, 40], 32, 0.0, 1.0),
+    );
+    fn forward<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+        burn::tensor::activation::log_softmax(x * 2.0, 1)
+    }
+    let input = Tensor::<C, 2>::from_data(x.clone(), &device);
+    let (got, report) = explain(|| forward(input.clone()).into_data());
+    // ·2 and the log-softmax: one kernel.
+    assert_eq!(report.fused_kernels, 1, "{report}");
+    assert_eq!(report.launches_per_graph, vec![1], "{report}");
+    got.assert_approx_eq::<f32>(
+        &forward(Tensor::<Eager, 2>::from_data(x.clone(), &device)).into_data(),
+        tol(),
+    );
+    input.into_data().assert_eq(&x, true);
+
+    fn grad<B: burn::tensor::backend::AutodiffBackend>(
+        x: &TensorData,
+        y: &TensorData,
+    ) -> TensorData {
+        let device = Default::default();
+        let x = Tensor::<B, 2>::from_data(x.clone(), &device).require_grad();
+        let loss = (forward(x.clone()) * Tensor::<B, 2>::from_data(y.clone(), &device)).sum();
+        x.grad(&loss.backward()).unwrap().into_data()
+    }
+    grad::<Autodiff<C>>(&x, &y).assert_approx_eq::<f32>(&grad::<Autodiff<Eager>>(&x, &y), tol());
+}
+
 /// The layer norm's backward (reductions over rows, row values broadcast back) fuses too.
 #[test]
 fn wgpu_row_kernel_gradients_match_eager() {
@@ -647,8 +684,13 @@ fn gpu_linear_relu_is_one_library_matmul_and_matches_eager() {
             kernels.contains(&"library matmul: linear, epilogue bias + relu, F32".to_string()),
             "{report}"
         );
-        // Two library calls and the residual add: nothing else is launched.
-        assert_eq!(report.launches_per_graph, vec![3], "{report}");
+        // The residual add is the second call's C.
+        assert!(
+            kernels.contains(&"library matmul: linear, epilogue bias + residual, F32".to_string()),
+            "{report}"
+        );
+        // Two library calls: nothing else is launched.
+        assert_eq!(report.launches_per_graph, vec![2], "{report}");
         // The hidden activation is written by one call and consumed by the other: planned.
         assert_eq!(report.graphs[0].memory.values, 1, "{report}");
     }
@@ -660,6 +702,89 @@ fn gpu_linear_relu_is_one_library_matmul_and_matches_eager() {
     params.0.into_data().assert_eq(&d.0[0], true);
     params.1[0].clone().into_data().assert_eq(&d.0[1], true);
     params.2[0].clone().into_data().assert_eq(&d.1[0], true);
+}
+
+/// `relu(r + (a @ b) / 4)` with `r` as given: one library call on CUDA (α = 1/4, C = r, ReLU).
+fn scaled_residual<B: Backend>(a: Tensor<B, 3>, b: Tensor<B, 3>, r: Tensor<B, 3>) -> Tensor<B, 3> {
+    relu(r + a.matmul(b) / 4.0)
+}
+
+#[test]
+fn gpu_matmul_scale_and_residual_epilogues_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let device = Default::default();
+    let d = [
+        support::float_data(&[2, 8, 16], 61, -1.0, 1.0),
+        support::float_data(&[2, 16, 8], 62, -1.0, 1.0),
+        support::float_data(&[2, 8, 8], 63, -1.0, 1.0),
+    ];
+    fn run<B: Backend>(d: &[TensorData; 3], transposed: bool, device: &B::Device) -> TensorData {
+        let t = |d: &TensorData| Tensor::<B, 3>::from_data(d.clone(), device);
+        let r = if transposed {
+            t(&d[2]).swap_dims(1, 2)
+        } else {
+            t(&d[2])
+        };
+        scaled_residual(t(&d[0]), t(&d[1]), r).into_data()
+    }
+    let (got, report) = explain(|| run::<C>(&d, false, &device));
+    assert_eq!(report.library_matmuls, library(1), "{report}");
+    if cfg!(feature = "cuda") {
+        assert_eq!(
+            report.graphs[0].kernels,
+            vec!["library matmul: matmul, epilogue scale + residual + relu, F32".to_string()],
+            "{report}"
+        );
+        // The three uploads (made inside the closure) and the one call.
+        assert_eq!(report.launches_per_graph, vec![4], "{report}");
+    }
+    got.assert_approx_eq::<f32>(&run::<Eager>(&d, false, &device), tol());
+    // A residual that is a transposed view cannot be C: the step runs its operations, with
+    // the same result as eager.
+    let got = run::<C>(&d, true, &device);
+    got.assert_approx_eq::<f32>(&run::<Eager>(&d, true, &device), tol());
+}
+
+/// Autodiff accumulates the gradients of a tensor read twice; the accumulation is the
+/// residual of a gradient's product.
+#[test]
+fn gpu_gradients_through_fused_residual_epilogues_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(
+        d: &([TensorData; 3], [TensorData; 2]),
+    ) -> Vec<TensorData> {
+        let device = Default::default();
+        let t2 = |d: &TensorData| Tensor::<B, 2>::from_data(d.clone(), &device).require_grad();
+        let t1 = |d: &TensorData| Tensor::<B, 1>::from_data(d.clone(), &device).require_grad();
+        let x = Tensor::<B, 3>::from_data(d.0[0].clone(), &device).require_grad();
+        let (w, b) = ([t2(&d.0[1]), t2(&d.0[2])], [t1(&d.1[0]), t1(&d.1[1])]);
+        let y = feed_forward(x.clone(), &w, &b);
+        let loss = (y.clone() * y).sum();
+        let g = loss.backward();
+        vec![
+            x.grad(&g).unwrap().into_data(),
+            w[0].grad(&g).unwrap().into_data(),
+            w[1].grad(&g).unwrap().into_data(),
+            b[0].grad(&g).unwrap().into_data(),
+        ]
+    }
+    let d = ff_data();
+    let (got, report) = explain(|| grads::<Autodiff<C>>(&d));
+    if cfg!(feature = "cuda") {
+        let kernels: Vec<&String> = report.graphs.iter().flat_map(|g| &g.kernels).collect();
+        assert!(
+            kernels.iter().any(|k| k.contains("epilogue residual")),
+            "x's two gradients are summed in a library call: {report}"
+        );
+    }
+    let want = grads::<Autodiff<Eager>>(&d);
+    for (g, w) in got.iter().zip(&want) {
+        g.assert_approx_eq::<f32>(w, tol());
+    }
 }
 
 // Attention written from parts (`softmax(q @ kᵀ / √d) @ v`, as Burn's MultiHeadAttention

@@ -227,6 +227,15 @@ fn row_reductions_use_planes_only_where_a_row_is_one_plane() {
     );
 }
 
+/// Log-softmax in vectors of 4: the row's log-sum-exp is a row value, subtracted along the row.
+#[test]
+fn row_log_softmax_vectorized() {
+    let k = support::log_softmax_rows([32, 8, 128]);
+    let layout = support::layout(&k).vectorize(&k, 4);
+    assert_eq!(layout.vector, 4);
+    snapshot_over("row_log_softmax_vectorized", &k, &layout);
+}
+
 #[test]
 fn row_softmax_with_row_output() {
     snapshot(

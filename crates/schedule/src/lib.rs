@@ -11,7 +11,9 @@ mod memory;
 mod pointwise;
 
 pub use attention::{AttentionGroup, attention_groups};
-pub use matmul::{Gemm, GemmOperand, MatmulGroup, MatmulKind, gemm, matmul_groups};
+pub use matmul::{
+    Gemm, GemmOperand, MatmulGroup, MatmulKind, Residual, gemm, matmul_groups, scale_alpha,
+};
 pub use memory::{MemoryPlan, memory_plan};
 pub use pointwise::{
     BinaryOp, Constant, Instr, PointwiseGroup, PointwiseKernel, ReduceOp, RowLayout, Slot, UnaryOp,
@@ -98,13 +100,10 @@ impl Plan {
         self.pointwise.iter().map(|g| g.ops.len()).sum()
     }
 
-    /// Number of library matmuls, and how many of them fused an epilogue (bias or ReLU).
+    /// Number of library matmuls, and how many of them fused an epilogue (bias, scale, residual
+    /// add or ReLU).
     pub fn library_matmuls(&self) -> (usize, usize) {
-        let fused = self
-            .matmul
-            .iter()
-            .filter(|g| g.bias || g.relu.is_some())
-            .count();
+        let fused = self.matmul.iter().filter(|g| g.has_epilogue()).count();
         (self.matmul.len(), fused)
     }
 
@@ -190,7 +189,7 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         }
         attention_at[group.context as usize] = Some(g as u32);
     }
-    // Library matmuls first: the ReLU of a matmul epilogue is not a pointwise kernel's.
+    // Library matmuls first: the operations of a matmul epilogue are not a pointwise kernel's.
     let matmul: Vec<MatmulGroup> = match options.matmul {
         Some(accepts) => matmul_groups(ops, &live)
             .into_iter()
@@ -205,8 +204,8 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
             live[i as usize] = false;
         }
         matmul_at[group.op as usize] = Some(g as u32);
-        if let Some(r) = group.relu {
-            in_epilogue[r as usize] = true;
+        for i in group.epilogue_ops() {
+            in_epilogue[i as usize] = true;
         }
     }
     let pointwise: Vec<PointwiseGroup> = match options.pointwise {
@@ -247,7 +246,7 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         } else if let Some(group) = matmul_at[i] {
             steps.push(Step::Matmul { group });
         } else if in_epilogue[i] {
-            // A ReLU fused into a matmul's epilogue: runs with it.
+            // An operation fused into a matmul's epilogue: runs with it.
         } else if let Some(group) = in_group[i] {
             let g = &pointwise[group as usize];
             if g.ops[0] as usize == i {

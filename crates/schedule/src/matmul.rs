@@ -4,15 +4,25 @@
 //! Burn 0.21 records `Linear` as one operation (`x @ W + b`, which eager Burn runs as a matmul
 //! and a broadcast add) and its backward as `LinearXBackward` (`dy @ Wᵀ`) and
 //! `LinearWeightBackward` (`Σ_batch xᵀ @ dy`); attention's products are plain `Matmul`s. A
-//! library matmul runs each as one launch: the bias is its epilogue, a ReLU that is the only
-//! reader of the product is fused too (bias + ReLU epilogue), the transposes are layouts, and the
-//! weight gradient's batch sum is folded into the reduction dimension. Whether a given call can
-//! be done (strides, batch broadcasting) is only known from the tensors, so the runtime decides
-//! per replay and runs the operations themselves when it cannot.
+//! library matmul runs each as one launch, `D = relu(α · A·B + β · C + bias)`:
+//! - the bias is its epilogue;
+//! - a scale of the product (`· s` or `/ s`, a product without a bias) is α;
+//! - an add of the (scaled) product and a tensor of its shape and dtype (a residual
+//!   connection, or autodiff accumulating a gradient) reads that tensor as C, with β = 1;
+//! - a ReLU of all that is the ReLU epilogue (cuBLASLt applies it last, so a ReLU *before* a
+//!   residual add is not fused);
+//!
+//! each only where the product (or the previous epilogue's result) is read by that operation
+//! alone. The transposes are layouts, and the weight gradient's batch sum is folded into the
+//! reduction dimension. Whether a given call can be done (strides, batch broadcasting, a
+//! contiguous residual) is only known from the tensors, so the runtime decides per replay and
+//! runs the operations themselves when it cannot.
 
 use burn_backend::DType;
 use burn_compile_graph::Activation;
-use burn_ir::{FloatOperationIr, ModuleOperationIr, OperationIr, TensorStatus};
+use burn_ir::{
+    FloatOperationIr, ModuleOperationIr, NumericOperationIr, OperationIr, TensorIr, TensorStatus,
+};
 use serde::{Deserialize, Serialize};
 
 /// What a matmul step computes, named after the operation it replaces.
@@ -28,14 +38,28 @@ pub enum MatmulKind {
     LinearWeightBackward,
 }
 
-/// One library matmul in place of operation `op`, and of the ReLU that reads its result.
+/// An add fused into a matmul step: the tensor added is the library call's C (β = 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Residual {
+    /// The add operation.
+    pub op: u32,
+    /// Which of the add's inputs (0: lhs, 1: rhs) is the residual (the other is the product).
+    pub input: u8,
+}
+
+/// One library matmul in place of operation `op` and of the epilogue operations that read its
+/// result, in this order: scale, residual add, ReLU.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MatmulGroup {
     pub kind: MatmulKind,
     /// The matmul operation.
     pub op: u32,
-    /// A ReLU activation whose input is the product and nothing else reads it: fused as the
-    /// epilogue, its output is the step's output.
+    /// A `MulScalar` or `DivScalar` of the product (only without a bias: α does not scale
+    /// it): the call's α, read from the recorded operation at replay.
+    pub scale: Option<u32>,
+    /// An add of the (scaled) product and a tensor of the same shape and dtype.
+    pub residual: Option<Residual>,
+    /// A ReLU of what comes before it: fused as the epilogue.
     pub relu: Option<u32>,
     /// Whether the product has a bias (a `Linear` with one), fused as the epilogue.
     pub bias: bool,
@@ -45,7 +69,25 @@ pub struct MatmulGroup {
 impl MatmulGroup {
     /// The operations the step replaces, in program order.
     pub fn ops(&self) -> impl Iterator<Item = u32> + '_ {
-        std::iter::once(self.op).chain(self.relu)
+        std::iter::once(self.op)
+            .chain(self.scale)
+            .chain(self.residual.map(|r| r.op))
+            .chain(self.relu)
+    }
+
+    /// The operation whose output is the step's output (the last one fused).
+    pub fn output_op(&self) -> u32 {
+        self.ops().last().expect("a group holds its matmul")
+    }
+
+    /// The operations fused after the product.
+    pub fn epilogue_ops(&self) -> impl Iterator<Item = u32> + '_ {
+        self.ops().skip(1)
+    }
+
+    /// Whether anything is fused into the call besides the product.
+    pub fn has_epilogue(&self) -> bool {
+        self.bias || self.scale.is_some() || self.residual.is_some() || self.relu.is_some()
     }
 
     /// One line for `explain`: what the library call computes and what it fused.
@@ -57,8 +99,14 @@ impl MatmulGroup {
             MatmulKind::LinearWeightBackward => "linear dW (xᵀ @ dy, batch folded into k)",
         };
         let mut epilogue = Vec::new();
+        if self.scale.is_some() {
+            epilogue.push("scale");
+        }
         if self.bias {
             epilogue.push("bias");
+        }
+        if self.residual.is_some() {
+            epilogue.push("residual");
         }
         if self.relu.is_some() {
             epilogue.push("relu");
@@ -104,36 +152,122 @@ pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
         if !dtype.is_float() {
             continue;
         }
-        let relu = match kind {
-            MatmulKind::Matmul | MatmulKind::Linear => fusible_relu(ops, live, i),
-            _ => None,
-        };
-        groups.push(MatmulGroup {
+        let mut group = MatmulGroup {
             kind,
             op: i as u32,
-            relu,
+            scale: None,
+            residual: None,
+            relu: None,
             bias,
             dtype,
-        });
+        };
+        let Some(mut out) = op.outputs().next() else {
+            continue;
+        };
+        // The epilogue, in the order cuBLASLt applies it; each step reads the previous one's
+        // result as its sole reader.
+        if !bias
+            && let Some((j, o)) =
+                sole_reader(ops, live, out).filter(|(j, _)| is_scale(&ops[*j], out))
+        {
+            group.scale = Some(j as u32);
+            out = o;
+        }
+        // The call runs at the product's place: the residual must exist by then.
+        if let Some((j, o)) = sole_reader(ops, live, out)
+            && let Some(input) = residual_input(&ops[j], out)
+            && ops[j]
+                .inputs()
+                .nth(input as usize)
+                .is_some_and(|r| produced_before(ops, r, i))
+        {
+            group.residual = Some(Residual {
+                op: j as u32,
+                input,
+            });
+            out = o;
+        }
+        let relu_allowed = matches!(kind, MatmulKind::Matmul | MatmulKind::Linear);
+        if relu_allowed
+            && let Some((j, _)) = sole_reader(ops, live, out)
+            && Activation::of(&ops[j]) == Some(Activation::Relu)
+        {
+            group.relu = Some(j as u32);
+        }
+        groups.push(group);
     }
     groups
 }
 
-/// The ReLU that reads operation `i`'s output as its only reader (consuming it), if any.
-fn fusible_relu(ops: &[OperationIr], live: &[bool], i: usize) -> Option<u32> {
-    let out = ops[i].outputs().next()?.id;
-    for (j, op) in ops.iter().enumerate().skip(i + 1) {
-        if !op.inputs().any(|t| t.id == out) {
+/// The first operation after `t` was produced that reads it, when that operation is live,
+/// reads it as its last use (so nothing else does) and produces one tensor: its position and
+/// output.
+fn sole_reader<'a>(
+    ops: &'a [OperationIr],
+    live: &[bool],
+    t: &TensorIr,
+) -> Option<(usize, &'a TensorIr)> {
+    let producer = ops
+        .iter()
+        .position(|op| op.outputs().any(|o| o.id == t.id))?;
+    for (j, op) in ops.iter().enumerate().skip(producer + 1) {
+        let reads: Vec<&TensorIr> = op.inputs().filter(|i| i.id == t.id).collect();
+        if reads.is_empty() {
             continue;
         }
-        // The first reader: a live ReLU that consumes the product (its last use).
-        let is_relu = live[j] && Activation::of(op) == Some(Activation::Relu);
-        let consumes = op
-            .inputs()
-            .all(|t| t.id == out && t.status == TensorStatus::ReadWrite);
-        return (is_relu && consumes).then_some(j as u32);
+        let consumes = reads.len() == 1 && reads[0].status == TensorStatus::ReadWrite;
+        let mut outputs = op.outputs();
+        let out = outputs.next()?;
+        return (live[j] && consumes && outputs.next().is_none()).then_some((j, out));
     }
     None
+}
+
+/// Whether `t` is an input of the graph or produced by an operation before position `at`.
+fn produced_before(ops: &[OperationIr], t: &TensorIr, at: usize) -> bool {
+    ops.iter()
+        .position(|op| op.outputs().any(|o| o.id == t.id))
+        .is_none_or(|p| p < at)
+}
+
+/// `op` multiplies or divides `t` by a scalar, in `t`'s dtype.
+fn is_scale(op: &OperationIr, t: &TensorIr) -> bool {
+    match op {
+        OperationIr::NumericFloat(
+            dtype,
+            NumericOperationIr::MulScalar(d) | NumericOperationIr::DivScalar(d),
+        ) => d.lhs.id == t.id && *dtype == t.dtype && d.out.dtype == t.dtype,
+        _ => false,
+    }
+}
+
+/// The position of the other input when `op` adds `t` and a tensor of `t`'s shape and dtype.
+fn residual_input(op: &OperationIr, t: &TensorIr) -> Option<u8> {
+    let OperationIr::NumericFloat(_, NumericOperationIr::Add(d)) = op else {
+        return None;
+    };
+    let (input, other) = if d.lhs.id == t.id {
+        (1, &d.rhs)
+    } else {
+        (0, &d.lhs)
+    };
+    let fits = other.id != t.id
+        && other.shape == t.shape
+        && other.dtype == t.dtype
+        && d.out.shape == t.shape
+        && d.out.dtype == t.dtype;
+    fits.then_some(input)
+}
+
+/// The value of a fused scale as the call's α: `· s` is `s`, `/ s` is `1 / s`.
+pub fn scale_alpha(op: &OperationIr) -> Option<f64> {
+    match op {
+        OperationIr::NumericFloat(_, NumericOperationIr::MulScalar(d)) => Some(d.rhs.elem::<f64>()),
+        OperationIr::NumericFloat(_, NumericOperationIr::DivScalar(d)) => {
+            Some(1.0 / d.rhs.elem::<f64>())
+        }
+        _ => None,
+    }
 }
 
 /// One operand of a [`Gemm`], as cuBLASLt describes it: a column-major matrix of `rows` ×

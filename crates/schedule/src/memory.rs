@@ -66,10 +66,9 @@ fn bytes(t: &TensorIr) -> u64 {
     (t.shape.num_elements() * t.dtype.size()) as u64
 }
 
-/// The output of a matmul step (its ReLU's when fused).
+/// The output of a matmul step (its last epilogue operation's when one is fused).
 pub(crate) fn matmul_output<'a>(ops: &'a [OperationIr], group: &MatmulGroup) -> &'a TensorIr {
-    let op = group.relu.unwrap_or(group.op);
-    ops[op as usize]
+    ops[group.output_op() as usize]
         .outputs()
         .next()
         .expect("a matmul has an output")
@@ -188,7 +187,9 @@ pub fn memory_plan(ops: &[OperationIr], plan: &Plan) -> MemoryPlan {
             }
             Step::Matmul { group } => {
                 let g = &plan.matmul[*group as usize];
-                for t in ops[g.op as usize].inputs() {
+                // The operands it consumes, a fused residual's included (the epilogue's
+                // intermediates are never values of their own).
+                for t in g.ops().flat_map(|i| ops[i as usize].inputs()) {
                     if t.status == TensorStatus::ReadWrite {
                         free(&mut values, t, k);
                     }

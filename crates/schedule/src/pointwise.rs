@@ -298,8 +298,9 @@ enum Compute<'a> {
     Scalar(BinaryOp, &'a TensorIr),
     /// Reduction over the last dimension (kept dimension of size 1).
     Reduce(ReduceOp, &'a TensorIr),
-    /// Softmax over the last dimension (captured whole; expanded into row instructions).
-    Softmax(&'a TensorIr),
+    /// Softmax over the last dimension (captured whole; expanded into row instructions), or
+    /// log-softmax when the flag is set.
+    Softmax(&'a TensorIr, bool),
     /// A tensor of ones: a literal, no input, no fill kernel.
     One,
     /// A tensor filled with a runtime scalar (`full`; `zeros`, whose scalar is 0): no input,
@@ -399,12 +400,13 @@ fn fusible(op: &OperationIr) -> Option<Fusible<'_>> {
                 Activation::Relu => UnaryOp::Relu,
                 Activation::Sigmoid => UnaryOp::Sigmoid,
                 Activation::Gelu => UnaryOp::Gelu,
-                Activation::Softmax { dim } => {
+                activation @ (Activation::Softmax { dim } | Activation::LogSoftmax { dim }) => {
                     let input = &custom.inputs[0];
                     let rank = input.shape.num_dims();
+                    let log = matches!(activation, Activation::LogSoftmax { .. });
                     return (rank >= 1 && dim == rank - 1 && input.dtype.is_float()).then_some(
                         Fusible {
-                            compute: Compute::Softmax(input),
+                            compute: Compute::Softmax(input, log),
                             out: &custom.outputs[0],
                         },
                     );
@@ -423,7 +425,7 @@ fn fusible(op: &OperationIr) -> Option<Fusible<'_>> {
         Compute::Unary(_, a)
         | Compute::Scalar(_, a)
         | Compute::Reduce(_, a)
-        | Compute::Softmax(a)
+        | Compute::Softmax(a, _)
         | Compute::Identity(a) => a.dtype == f.out.dtype,
         Compute::Binary(_, a, b) => a.dtype == f.out.dtype && b.dtype == f.out.dtype,
         Compute::One | Compute::Fill => true,
@@ -472,7 +474,7 @@ fn tensors<'a>(c: &Compute<'a>) -> Vec<&'a TensorIr> {
         Compute::Unary(_, a)
         | Compute::Scalar(_, a)
         | Compute::Reduce(_, a)
-        | Compute::Softmax(a)
+        | Compute::Softmax(a, _)
         | Compute::Identity(a) => vec![a],
         Compute::Binary(_, a, b) => vec![a, b],
         Compute::One | Compute::Fill => Vec::new(),
@@ -561,7 +563,7 @@ fn worth_a_kernel(ops: &[OperationIr], run: &[u32]) -> bool {
     match run {
         [] => false,
         [one] => {
-            fusible(&ops[*one as usize]).is_some_and(|f| matches!(f.compute, Compute::Softmax(_)))
+            fusible(&ops[*one as usize]).is_some_and(|f| matches!(f.compute, Compute::Softmax(..)))
         }
         _ => true,
     }
@@ -612,7 +614,7 @@ fn fit(
             .collect();
         let reduces = kinds
             .iter()
-            .any(|f| matches!(f.compute, Compute::Reduce(..) | Compute::Softmax(_)));
+            .any(|f| matches!(f.compute, Compute::Reduce(..) | Compute::Softmax(..)));
         let row_valued = kinds.iter().any(|f| f.out.shape == row_space);
         let (shape, row) = if !reduces
             && row_space != group.shape
@@ -685,7 +687,7 @@ impl Run {
             self.touched.insert(t.id.value());
         }
         let shape = &self.space.as_ref().expect("a run has a space").0;
-        self.row |= matches!(f.compute, Compute::Reduce(..) | Compute::Softmax(_))
+        self.row |= matches!(f.compute, Compute::Reduce(..) | Compute::Softmax(..))
             || (f.out.shape != *shape && f.out.shape == row_shape(shape));
     }
 
@@ -847,8 +849,9 @@ fn build(
                 let a = operand(&mut program, a, 0);
                 value(&mut program, Instr::Reduce { op, a })
             }
-            Compute::Softmax(x) => {
-                // exp(x - max(x)) / sum(exp(x - max(x))), as Burn's softmax computes it.
+            Compute::Softmax(x, log) => {
+                // As Burn computes them: d = x - max(x); softmax is exp(d) / sum(exp(d)),
+                // log-softmax is d - log(sum(exp(d))).
                 let x = operand(&mut program, x, 0);
                 let m = value(
                     &mut program,
@@ -872,7 +875,18 @@ fn build(
                         a: e,
                     },
                 );
-                value(&mut program, binary_instr(BinaryOp::Div, e, s))
+                if log {
+                    let l = value(
+                        &mut program,
+                        Instr::Unary {
+                            op: UnaryOp::Log,
+                            a: s,
+                        },
+                    );
+                    value(&mut program, binary_instr(BinaryOp::Sub, d, l))
+                } else {
+                    value(&mut program, binary_instr(BinaryOp::Div, e, s))
+                }
             }
         };
         let id = f.out.id.value();

@@ -4,7 +4,7 @@ use TensorStatus::*;
 use burn_backend::DType;
 use burn_compile_graph::Activation;
 use burn_compile_schedule::{
-    MatmulGroup, MatmulKind, Plan, PointwiseKernel, ScheduleOptions, Step, schedule,
+    MatmulGroup, MatmulKind, Plan, PointwiseKernel, Residual, ScheduleOptions, Step, schedule,
 };
 use burn_ir::{
     BinaryOpIr, FloatOperationIr, LinearOpIr, LinearWeightBackwardOpIr, LinearXBackwardOpIr,
@@ -89,26 +89,184 @@ fn feed_forward(relu_consumes: bool) -> Vec<OperationIr> {
 }
 
 #[test]
-fn linear_relu_is_one_library_matmul_with_a_bias_relu_epilogue() {
+fn the_feed_forward_block_is_two_library_matmuls_with_bias_relu_and_bias_residual_epilogues() {
     let p = plan(&feed_forward(true), true);
+    // The second product's residual add is its C: no kernel of its own.
     assert_eq!(
         p.steps,
-        vec![
-            Step::Matmul { group: 0 },
-            Step::Matmul { group: 1 },
-            // The residual add alone: a run of one op stays the inner backend's.
-            Step::Eager { op: 3 },
-        ]
+        vec![Step::Matmul { group: 0 }, Step::Matmul { group: 1 }]
     );
     assert_eq!(p.matmul[0].kind, MatmulKind::Linear);
     assert_eq!(p.matmul[0].relu, Some(1));
     assert!(p.matmul[0].bias);
+    assert_eq!(p.matmul[0].residual, None);
     assert_eq!(p.matmul[1].relu, None);
+    // `5 + x1`: the residual is the add's rhs.
+    assert_eq!(p.matmul[1].residual, Some(Residual { op: 3, input: 1 }));
+    assert_eq!(p.matmul[1].output_op(), 3);
     assert_eq!(p.library_matmuls(), (2, 2));
-    assert_eq!(p.launches(), 3);
+    assert_eq!(p.launches(), 2);
     assert_eq!(
-        p.kernel_summaries()[0],
-        "library matmul: linear, epilogue bias + relu, BF16"
+        p.kernel_summaries(),
+        vec![
+            "library matmul: linear, epilogue bias + relu, BF16".to_string(),
+            "library matmul: linear, epilogue bias + residual, BF16".to_string(),
+        ]
+    );
+    // The hidden activation, consumed by the second call, is planned; the second step's
+    // output is the add's, the graph's output, allocated on its own.
+    assert_eq!(p.memory.matmul, vec![Some(0), None]);
+}
+
+fn scale(x: TensorIr, s: f32, divide: bool, id: u64) -> OperationIr {
+    let shape = x.shape.to_vec();
+    let d = burn_ir::ScalarOpIr {
+        lhs: x,
+        rhs: burn_ir::ScalarIr::Float(s as f64),
+        out: out(id, &shape),
+    };
+    OperationIr::NumericFloat(
+        DType::BF16,
+        if divide {
+            NumericOperationIr::DivScalar(d)
+        } else {
+            NumericOperationIr::MulScalar(d)
+        },
+    )
+}
+
+fn matmul(lhs: TensorIr, rhs: TensorIr, o: &[usize], id: u64) -> OperationIr {
+    OperationIr::Float(
+        DType::BF16,
+        FloatOperationIr::Matmul(MatmulOpIr {
+            lhs,
+            rhs,
+            out: out(id, o),
+        }),
+    )
+}
+
+#[test]
+fn a_scaled_product_plus_a_residual_then_relu_is_one_call() {
+    // 4 = relu(r + (a @ b) / 8): α = 1/8, C = r, ReLU last — the order cuBLASLt applies them.
+    let (a, b, o) = (&[4, 16, 32][..], &[4, 32, 8][..], &[4, 16, 8][..]);
+    let ops = vec![
+        matmul(t(1, a, ReadOnly), t(2, b, ReadOnly), o, 3),
+        scale(t(3, o, ReadWrite), 8.0, true, 4),
+        add(t(9, o, ReadOnly), t(4, o, ReadWrite), 5),
+        relu(t(5, o, ReadWrite), 6),
+    ];
+    let p = plan(&ops, true);
+    assert_eq!(p.steps, vec![Step::Matmul { group: 0 }]);
+    let g = &p.matmul[0];
+    assert_eq!(
+        (g.scale, g.residual, g.relu),
+        (Some(1), Some(Residual { op: 2, input: 0 }), Some(3))
+    );
+    assert_eq!(
+        burn_compile_schedule::scale_alpha(&ops[1]),
+        Some(0.125),
+        "a division is α = 1/s"
+    );
+    assert_eq!(
+        p.kernel_summaries(),
+        vec!["library matmul: matmul, epilogue scale + residual + relu, BF16".to_string()]
+    );
+}
+
+#[test]
+fn epilogues_cublaslt_cannot_apply_in_that_order_are_left_out() {
+    let (x, o) = (&[2, 16, 32][..], &[2, 16, 64][..]);
+    let w = || t(10, &[32, 64], ReadOnly);
+    let b = || Some(t(11, &[64], ReadOnly));
+    // A scale after a bias: α would not scale the bias. It fuses with the pointwise add
+    // after it instead.
+    let scaled_bias = vec![
+        linear(t(1, x, ReadOnly), w(), b(), o, 2),
+        scale(t(2, o, ReadWrite), 0.5, false, 3),
+        add(t(3, o, ReadWrite), t(9, o, ReadOnly), 4),
+    ];
+    let p = plan(&scaled_bias, true);
+    assert_eq!(p.matmul[0].scale, None);
+    assert_eq!(p.matmul[0].residual, None);
+    assert_eq!(
+        p.steps,
+        vec![Step::Matmul { group: 0 }, Step::Pointwise { group: 0 }]
+    );
+    // A ReLU before the residual add: cuBLASLt's ReLU comes after C. The ReLU fuses, the add
+    // runs on its own.
+    let relu_first = vec![
+        linear(t(1, x, ReadOnly), w(), b(), o, 2),
+        relu(t(2, o, ReadWrite), 3),
+        add(t(3, o, ReadWrite), t(9, o, ReadOnly), 4),
+    ];
+    let p = plan(&relu_first, true);
+    assert_eq!((p.matmul[0].relu, p.matmul[0].residual), (Some(1), None));
+    assert_eq!(
+        p.steps,
+        vec![Step::Matmul { group: 0 }, Step::Eager { op: 2 }]
+    );
+    // A broadcast residual (a bias-like [64] row), a product added to itself, and a product
+    // read again after the add are not C.
+    let not_c = |second: TensorIr, again: bool| {
+        let mut ops = vec![
+            linear(t(1, x, ReadOnly), w(), None, o, 2),
+            add(t(2, o, if again { ReadOnly } else { ReadWrite }), second, 4),
+        ];
+        if again {
+            ops.push(add(t(2, o, ReadWrite), t(4, o, ReadWrite), 5));
+        }
+        ops
+    };
+    for (what, ops) in [
+        ("broadcast", not_c(t(9, &[1, 1, 64], ReadOnly), false)),
+        ("itself", not_c(t(2, o, ReadWrite), false)),
+        ("read again", not_c(t(9, o, ReadOnly), true)),
+    ] {
+        let p = plan(&ops, true);
+        assert_eq!(p.matmul[0].residual, None, "{what}");
+    }
+}
+
+#[test]
+fn a_sum_of_two_products_is_the_second_calls_residual_only() {
+    // 4 = x @ w1 + x @ w2: the first call runs before the second product exists.
+    let (x, o) = (&[2, 16, 32][..], &[2, 16, 64][..]);
+    let ops = vec![
+        linear(t(1, x, ReadOnly), t(10, &[32, 64], ReadOnly), None, o, 2),
+        linear(t(1, x, ReadOnly), t(11, &[32, 64], ReadOnly), None, o, 3),
+        add(t(2, o, ReadWrite), t(3, o, ReadWrite), 4),
+    ];
+    let p = plan(&ops, true);
+    assert_eq!(p.matmul[0].residual, None);
+    assert_eq!(p.matmul[1].residual, Some(Residual { op: 2, input: 0 }));
+    assert_eq!(
+        p.steps,
+        vec![Step::Matmul { group: 0 }, Step::Matmul { group: 1 }]
+    );
+}
+
+#[test]
+fn a_gradient_accumulated_onto_a_product_is_its_residual() {
+    // Autodiff sums the gradients of a tensor read twice: dx = dy @ Wᵀ + other.
+    let ops = vec![
+        OperationIr::Module(ModuleOperationIr::LinearXBackward(LinearXBackwardOpIr {
+            weight: t(4, &[16, 8], ReadOnly),
+            output_grad: t(3, &[2, 4, 8, 8], ReadOnly),
+            out: out(5, &[2, 4, 8, 16]),
+        })),
+        add(
+            t(5, &[2, 4, 8, 16], ReadWrite),
+            t(6, &[2, 4, 8, 16], ReadWrite),
+            7,
+        ),
+    ];
+    let p = plan(&ops, true);
+    assert_eq!(p.steps, vec![Step::Matmul { group: 0 }]);
+    assert_eq!(p.matmul[0].residual, Some(Residual { op: 1, input: 1 }));
+    assert_eq!(
+        p.kernel_summaries(),
+        vec!["library matmul: linear dx (dy @ Wᵀ), epilogue residual, BF16".to_string()]
     );
 }
 

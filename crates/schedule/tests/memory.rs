@@ -41,6 +41,18 @@ fn add(lhs: TensorIr, rhs: TensorIr, id: u64) -> OperationIr {
     )
 }
 
+fn mul(lhs: TensorIr, rhs: TensorIr, id: u64) -> OperationIr {
+    let shape = lhs.shape.to_vec();
+    OperationIr::NumericFloat(
+        DType::BF16,
+        NumericOperationIr::Mul(BinaryOpIr {
+            lhs,
+            rhs,
+            out: out(id, &shape),
+        }),
+    )
+}
+
 fn exp(input: TensorIr, id: u64) -> OperationIr {
     let shape = input.shape.to_vec();
     OperationIr::Float(
@@ -166,7 +178,7 @@ fn a_graph_output_is_never_planned() {
 
 #[test]
 fn kernel_outputs_and_product_outputs_share_slots_by_liveness() {
-    // h1 = x @ w1, h2 = x @ w2, e = exp(h1 + h2) (one kernel), f = e @ w3, y = f @ w4.
+    // h1 = x @ w1, h2 = x @ w2, e = exp(h1 · h2) (one kernel), f = e @ w3, y = f @ w4.
     let ops = vec![
         linear(
             t(1, &[4, 8], ReadOnly),
@@ -180,7 +192,7 @@ fn kernel_outputs_and_product_outputs_share_slots_by_liveness() {
             &[4, 16],
             11,
         ),
-        add(t(10, &[4, 16], ReadWrite), t(11, &[4, 16], ReadWrite), 12),
+        mul(t(10, &[4, 16], ReadWrite), t(11, &[4, 16], ReadWrite), 12),
         exp(t(12, &[4, 16], ReadWrite), 13),
         linear(
             t(13, &[4, 16], ReadWrite),
@@ -203,6 +215,37 @@ fn kernel_outputs_and_product_outputs_share_slots_by_liveness() {
     assert_eq!(memory.pointwise, vec![vec![Some(2)]]);
     assert_eq!(memory.matmul, vec![Some(0), Some(1), Some(0), None]);
     assert_eq!(memory.slots, vec![bytes(&[4, 16]); 3]);
+}
+
+#[test]
+fn a_fused_residual_is_freed_by_its_call_whose_output_takes_another_slot() {
+    // h1 = x @ w1; y = x @ w2 + h1 (h1 is the call's C); z = y @ w3.
+    let ops = vec![
+        linear(
+            t(1, &[4, 8], ReadOnly),
+            t(2, &[8, 16], ReadOnly),
+            &[4, 16],
+            10,
+        ),
+        linear(
+            t(1, &[4, 8], ReadOnly),
+            t(3, &[8, 16], ReadOnly),
+            &[4, 16],
+            11,
+        ),
+        add(t(11, &[4, 16], ReadWrite), t(10, &[4, 16], ReadWrite), 12),
+        linear(
+            t(12, &[4, 16], ReadWrite),
+            t(4, &[16, 4], ReadOnly),
+            &[4, 4],
+            13,
+        ),
+    ];
+    let plan = plan(&ops);
+    assert_eq!(plan.matmul[1].residual.map(|r| r.op), Some(2));
+    assert_eq!(plan.launches(), 3);
+    // y is written while the call reads h1: a slot of its own; z is the graph's output.
+    assert_eq!(plan.memory.matmul, vec![Some(0), Some(1), None]);
 }
 
 #[test]

@@ -4,7 +4,7 @@ use TensorStatus::*;
 use burn_backend::DType;
 use burn_compile_graph::Activation;
 use burn_compile_schedule::{
-    BinaryOp, Constant, Instr, PointwiseGroup, RowLayout, Slot, UnaryOp, pointwise_groups,
+    BinaryOp, Constant, Instr, PointwiseGroup, ReduceOp, RowLayout, Slot, UnaryOp, pointwise_groups,
 };
 use burn_ir::{
     BinaryOpIr, CustomOpIr, FloatOperationIr, MatmulOpIr, NumericOperationIr, OperationIr,
@@ -546,6 +546,95 @@ fn a_captured_softmax_over_the_last_dimension_is_one_row_kernel() {
         vec![Step::Activation {
             op: 0,
             kind: Activation::Softmax { dim: 1 }
+        }]
+    );
+}
+
+#[test]
+fn a_captured_gelu_fuses_with_the_bias_add_before_it() {
+    // 3 = x + b[1, 8]; 4 = gelu(3): one kernel, Burn's exact GELU as one instruction. Its
+    // backward (`GeluBackward`) runs on the inner backend, whose derivative (the tanh
+    // approximation's, on CubeCL backends) the kernel would otherwise have to reproduce.
+    let m = &[4, 8][..];
+    let gelu = |input: TensorIr, id| {
+        OperationIr::Custom(CustomOpIr {
+            id: Activation::Gelu.op_id(),
+            inputs: vec![input],
+            outputs: vec![out(id, m)],
+        })
+    };
+    let ops = vec![
+        add(t(1, m, ReadOnly), t(2, &[1, 8], ReadOnly), m, 3),
+        gelu(t(3, m, ReadWrite), 4),
+    ];
+    let p = plan_of(&ops, Some(&|_| true));
+    assert_eq!(p.steps, vec![Step::Pointwise { group: 0 }]);
+    assert!(p.pointwise[0].kernel.program.contains(&Instr::Unary {
+        op: UnaryOp::Gelu,
+        a: 2
+    }));
+}
+
+#[test]
+fn a_captured_log_softmax_is_one_row_kernel_computing_d_minus_log_sum_exp_d() {
+    let s = &[4, 8, 10][..];
+    let log_softmax = OperationIr::Custom(CustomOpIr {
+        id: Activation::LogSoftmax { dim: 2 }.op_id(),
+        inputs: vec![t(1, s, ReadWrite)],
+        outputs: vec![out(2, s)],
+    });
+    let p = plan_of(&[log_softmax], Some(&|_| true));
+    assert_eq!(p.steps, vec![Step::Pointwise { group: 0 }]);
+    let k = &p.pointwise[0].kernel;
+    assert!(k.row.is_some());
+    // As Burn's log_softmax: d = x - max(x); d - log(sum(exp(d))).
+    assert_eq!(
+        k.program,
+        vec![
+            Instr::Load { input: 0 },
+            Instr::Reduce {
+                op: ReduceOp::Max,
+                a: 0
+            },
+            Instr::Binary {
+                op: BinaryOp::Sub,
+                a: 0,
+                b: 1
+            },
+            Instr::Unary {
+                op: UnaryOp::Exp,
+                a: 2
+            },
+            Instr::Reduce {
+                op: ReduceOp::Sum,
+                a: 3
+            },
+            Instr::Unary {
+                op: UnaryOp::Log,
+                a: 4
+            },
+            Instr::Binary {
+                op: BinaryOp::Sub,
+                a: 2,
+                b: 5
+            },
+            Instr::Store {
+                output: 0,
+                value: 6
+            },
+        ]
+    );
+    // Over another dimension: the inner backend's own log-softmax.
+    let other = OperationIr::Custom(CustomOpIr {
+        id: Activation::LogSoftmax { dim: 0 }.op_id(),
+        inputs: vec![t(1, s, ReadWrite)],
+        outputs: vec![out(2, s)],
+    });
+    assert_eq!(
+        plan_of(&[other], Some(&|_| true)).steps,
+        vec![Step::Activation {
+            op: 0,
+            kind: Activation::LogSoftmax { dim: 0 }
         }]
     );
 }

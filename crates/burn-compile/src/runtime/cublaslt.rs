@@ -12,6 +12,7 @@
 //! f16/bf16 accumulate in f32; f64 in f64. Operands must be 16-byte aligned (every CubeCL
 //! allocation is; a tensor viewed at another offset runs on the inner backend).
 
+use super::kernels::MatmulEpilogue;
 use burn_backend::DType;
 use burn_compile_schedule::{Gemm, GemmOperand, MatmulGroup, gemm};
 use burn_cubecl::cubecl::cuda::CudaRuntime;
@@ -119,18 +120,29 @@ impl CuBlasLt {
         )
     }
 
-    /// Runs `group` over `inputs` (the operation's inputs, in its order) into a new contiguous
-    /// tensor of `out_shape`. `Ok(None)`: one call cannot express the product with these
-    /// layouts (the caller runs the operation itself); `Err`: cuBLASLt refused the call.
+    /// Runs `group` over `inputs` (the operation's inputs, in its order) and its `epilogue`
+    /// into a new contiguous tensor of `out_shape`. `Ok(None)`: one call cannot express the
+    /// product with these layouts (the caller runs the operations themselves); `Err`: cuBLASLt
+    /// refused the call.
     pub fn matmul(
         &self,
         group: &MatmulGroup,
         inputs: &[Tensor],
+        epilogue: MatmulEpilogue<'_, Tensor>,
         out_shape: &Shape,
         into: Option<&Tensor>,
     ) -> Result<Option<Tensor>, String> {
         if inputs.iter().any(|t| t.dtype != group.dtype) {
             return Ok(None);
+        }
+        // The residual is read as C through D's layout: it must have D's shape, contiguous.
+        if let Some(r) = epilogue.residual {
+            let fits = r.dtype == group.dtype
+                && r.meta.shape().as_slice() == out_shape.as_slice()
+                && r.is_contiguous();
+            if !fits {
+                return Ok(None);
+            }
         }
         let layout = |inputs: &[Tensor]| {
             let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.meta.shape().as_slice()).collect();
@@ -169,7 +181,7 @@ impl CuBlasLt {
                 .unwrap_or(0)
                 .is_multiple_of(ALIGNMENT as u64)
         };
-        if !inputs.iter().all(aligned) {
+        if !inputs.iter().chain(epilogue.residual).all(aligned) {
             return Ok(None);
         }
         let first = &inputs[0];
@@ -255,11 +267,19 @@ impl CuBlasLt {
         if let Some(b) = g.bias {
             buffers.push(inputs[b].handle.clone().binding());
         }
-        let dtype = group.dtype;
+        if let Some(r) = epilogue.residual {
+            buffers.push(r.handle.clone().binding());
+        }
+        let scales = Scales {
+            dtype: group.dtype,
+            alpha: epilogue.alpha,
+            bias: g.bias.is_some(),
+            residual: epilogue.residual.is_some(),
+        };
         let task = ExternalTask::with_outputs(
             Box::new(
                 move |stream: cudarc::driver::sys::CUstream, pointers: &[u64]| {
-                    enqueue(&handle, &call, dtype, stream, pointers)
+                    enqueue(&handle, &call, scales, stream, pointers)
                 },
             ),
             fresh.as_slice(),
@@ -275,12 +295,23 @@ impl CuBlasLt {
     }
 }
 
+/// What a call's pointers hold beyond A, B, D and the workspace, and its α and β.
+#[derive(Clone, Copy)]
+struct Scales {
+    dtype: DType,
+    alpha: f64,
+    /// A bias pointer follows the workspace.
+    bias: bool,
+    /// A residual (C, with β = 1) comes last.
+    residual: bool,
+}
+
 /// Enqueues a prepared call on `stream` (on the device thread). `pointers`: A, B, D, the
-/// workspace, then the bias if any.
+/// workspace, then the bias and the residual if any.
 fn enqueue(
     handle: &LtHandle,
     call: &Call,
-    dtype: DType,
+    scales: Scales,
     stream: cudarc::driver::sys::CUstream,
     pointers: &[u64],
 ) -> Result<(), String> {
@@ -290,7 +321,9 @@ fn enqueue(
         )));
     }
     let _guard = call.lock.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(bias) = pointers.get(4) {
+    if scales.bias {
+        // The attribute is read from host memory holding the device pointer.
+        let bias: &u64 = &pointers[4];
         // SAFETY: the descriptor is alive (the call is held) and used under its lock.
         unsafe {
             result::set_matmul_desc_attribute(
@@ -302,20 +335,30 @@ fn enqueue(
             .map_err(err)?;
         }
     }
-    let (one_f32, zero_f32, one_f64, zero_f64) = (1f32, 0f32, 1f64, 0f64);
-    let (alpha, beta): (*const c_void, *const c_void) = if dtype == DType::F64 {
+    // The scale type is f64 for f64 and f32 otherwise (`types`); the values live on this stack
+    // until the call has read them (cuBLASLt reads host scalars when it is enqueued).
+    let beta_f64: f64 = if scales.residual { 1.0 } else { 0.0 };
+    let (alpha_f32, beta_f32) = (scales.alpha as f32, beta_f64 as f32);
+    let (alpha, beta): (*const c_void, *const c_void) = if scales.dtype == DType::F64 {
         (
-            &one_f64 as *const f64 as *const c_void,
-            &zero_f64 as *const f64 as *const c_void,
+            &scales.alpha as *const f64 as *const c_void,
+            &beta_f64 as *const f64 as *const c_void,
         )
     } else {
         (
-            &one_f32 as *const f32 as *const c_void,
-            &zero_f32 as *const f32 as *const c_void,
+            &alpha_f32 as *const f32 as *const c_void,
+            &beta_f32 as *const f32 as *const c_void,
         )
     };
     let [a_layout, b_layout, d_layout] = call.layouts;
     let d = pointers[2] as *mut c_void;
+    // C has D's layout (the residual was checked to be contiguous of D's shape); without a
+    // residual, β = 0 and C is D itself, never read.
+    let c = if scales.residual {
+        *pointers.last().expect("the residual's pointer") as *const c_void
+    } else {
+        d as *const c_void
+    };
     // SAFETY: the pointers are CubeCL allocations bound to this task (alive until it ran) of
     // the shapes and strides the layouts were built from (`gemm` checked them); the stream is
     // the one CubeCL resolved the bindings on, so the call is ordered with their producers.
@@ -329,7 +372,7 @@ fn enqueue(
             a_layout,
             pointers[1] as *const c_void,
             b_layout,
-            d,
+            c,
             d_layout,
             d,
             d_layout,

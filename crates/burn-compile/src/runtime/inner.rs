@@ -6,10 +6,10 @@
 //! container usable: the tensors the failed op consumed are gone, as they would be in eager Burn,
 //! and every other tensor of the device is still there.
 
-use super::kernels::{KernelTarget, target_for};
+use super::kernels::{KernelTarget, MatmulEpilogue, target_for};
 use burn_backend::{DType, ExecutionError, TensorData};
 use burn_compile_schedule::{
-    AttentionGroup, MatmulGroup, PointwiseGroup, PointwiseKernel, scalar_operand,
+    AttentionGroup, MatmulGroup, PointwiseGroup, PointwiseKernel, scalar_operand, scale_alpha,
 };
 use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, TensorIr};
 use burn_std::future::DynFut;
@@ -198,27 +198,42 @@ impl<B: BackendIr> InnerDevice<B> {
             .as_deref()
             .expect("a plan with library matmuls is only built for a kernel target");
         let op = &ops[group.op as usize];
-        let out = match group.relu {
-            Some(r) => ops[r as usize].outputs().next(),
-            None => op.outputs().next(),
-        }
-        .expect("a matmul has an output");
+        let out = ops[group.output_op() as usize]
+            .outputs()
+            .next()
+            .expect("a matmul has an output");
         let tensors: Vec<&TensorIr> = op.inputs().collect();
+        let residual: Option<&TensorIr> = group.residual.map(|r| {
+            ops[r.op as usize]
+                .inputs()
+                .nth(r.input as usize)
+                .expect("the schedule matched the add's operand")
+        });
+        let alpha = match group.scale {
+            Some(s) => scale_alpha(&ops[s as usize]).expect("the schedule matched a scale"),
+            None => 1.0,
+        };
         let mut handles = self.handles();
         let inputs: Vec<B::FloatTensorPrimitive> = tensors
             .iter()
             .map(|t| float_input::<B>(&mut handles, t))
             .collect();
+        let residual_tensor = residual.map(|t| float_input::<B>(&mut handles, t));
         if self.inject_failure.load(Ordering::Relaxed) {
             return Err("failure injected (inject_kernel_failure)".into());
         }
-        let Some(result) = target.matmul(group, &inputs, &out.shape, into)? else {
+        let epilogue = MatmulEpilogue {
+            alpha,
+            residual: residual_tensor.as_ref(),
+        };
+        let Some(result) = target.matmul(group, &inputs, epilogue, &out.shape, into)? else {
             return Ok(false);
         };
-        drop(inputs);
+        drop((inputs, residual_tensor));
         handles.register_handle(out.id, B::float_tensor_handle(result));
-        // What the operation consumed (its inputs' last uses) is freed, as it would have been.
-        for t in tensors {
+        // What the operations consumed (their inputs' last uses) is freed, as it would have
+        // been; the products between the fused operations never had a handle.
+        for t in tensors.into_iter().chain(residual) {
             if t.status == burn_ir::TensorStatus::ReadWrite {
                 handles.remove_handle(t.id);
             }

@@ -13,6 +13,17 @@ use burn_std::Shape;
 use std::any::Any;
 use std::sync::Arc;
 
+/// What a library matmul applies to the product besides its bias and ReLU (read from the
+/// group's recorded epilogue operations at replay): `α · product + residual`.
+// Read by cuBLASLt's call; without CUDA no target has a library matmul.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct MatmulEpilogue<'a, T> {
+    /// The fused scale (1 without one).
+    pub alpha: f64,
+    /// The fused residual add's other operand, read as the call's C with β = 1.
+    pub residual: Option<&'a T>,
+}
+
 /// Launches generated kernels on tensors of type `T` (the inner backend's float tensors).
 pub(crate) trait KernelTarget<T>: Send + Sync {
     /// Whether this target has a kernel for `kernel` (its dtype, mainly).
@@ -55,14 +66,15 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
         false
     }
 
-    /// Runs a library matmul over `inputs` (the operation's inputs, in its order) into a
-    /// contiguous tensor of `out_shape`: in the slot buffer `into` when given, else newly
-    /// allocated. `Ok(None)`: the library cannot take these layouts (the caller runs the
-    /// operations); `Err`: the call failed.
+    /// Runs a library matmul over `inputs` (the operation's inputs, in its order) and its
+    /// `epilogue` into a contiguous tensor of `out_shape`: in the slot buffer `into` when
+    /// given, else newly allocated. `Ok(None)`: the library cannot take these layouts (the
+    /// caller runs the operations); `Err`: the call failed.
     fn matmul(
         &self,
         _group: &MatmulGroup,
         _inputs: &[T],
+        _epilogue: MatmulEpilogue<'_, T>,
         _out_shape: &Shape,
         _into: Option<&T>,
     ) -> Result<Option<T>, String> {
@@ -116,8 +128,8 @@ pub(crate) use cube::{batch_folded, in_slot};
 /// CUDA: generated kernels, and cuBLASLt for the matmuls.
 #[cfg(feature = "cuda")]
 mod cuda {
-    use super::KernelTarget;
     use super::cube::CubeTarget;
+    use super::{KernelTarget, MatmulEpilogue};
     use crate::runtime::cublaslt::CuBlasLt;
     use burn_backend::DType;
     use burn_compile_schedule::{AttentionGroup, MatmulGroup, PointwiseKernel};
@@ -211,11 +223,12 @@ mod cuda {
             &self,
             group: &MatmulGroup,
             inputs: &[Tensor],
+            epilogue: MatmulEpilogue<'_, Tensor>,
             out_shape: &Shape,
             into: Option<&Tensor>,
         ) -> Result<Option<Tensor>, String> {
             match self.blas {
-                Some(blas) => blas.matmul(group, inputs, out_shape, into),
+                Some(blas) => blas.matmul(group, inputs, epilogue, out_shape, into),
                 None => Ok(None),
             }
         }
