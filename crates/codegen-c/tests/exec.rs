@@ -1,0 +1,284 @@
+//! Generated C kernels built by the system compiler, loaded and run, compared with a reference
+//! evaluation of the same program in f64: broadcasting, strided (transposed) inputs, runtime
+//! scalars, several outputs, row kernels of every shape, dimensions of size 1 and 0, every op.
+//! All kernels of the test go into one unit, built once, as a graph's kernels are.
+//!
+//! Needs a C compiler (`cc`, or `$CC`): the CPU path's tests are not skipped without one.
+
+mod support;
+
+use burn_compile_codegen_c::{PARALLEL_ELEMENTS, Toolchain, c_function, c_unit};
+use burn_compile_schedule::{BinaryOp, PointwiseKernel, UnaryOp};
+use std::ffi::c_void;
+use support::reference::{Input, contiguous, reference, row_reference};
+use support::{BINARY_OPS, UNARY_OPS, bin, binary, kernel, load, store, unary};
+
+struct Case {
+    name: String,
+    kernel: PointwiseKernel,
+    shape: Vec<usize>,
+    inputs: Vec<Input>,
+    scalars: Vec<f32>,
+}
+
+fn case(
+    name: &str,
+    kernel: PointwiseKernel,
+    shape: &[usize],
+    inputs: Vec<Input>,
+    scalars: &[f32],
+) -> Case {
+    Case {
+        name: name.to_string(),
+        kernel,
+        shape: shape.to_vec(),
+        inputs,
+        scalars: scalars.to_vec(),
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let mut cases = vec![
+        case(
+            "chain",
+            support::chain(),
+            &[5, 7],
+            vec![contiguous(&[5, 7], 1, -2.0, 2.0)],
+            &[0.75],
+        ),
+        case(
+            "constants",
+            support::constants(),
+            &[6, 5],
+            vec![contiguous(&[6, 5], 21, -2.0, 2.0)],
+            &[0.0, 0.5],
+        ),
+        case("fill", support::fill(), &[3, 70], vec![], &[-0.25]),
+        case(
+            "bias_relu",
+            support::bias_relu(),
+            &[300, 9],
+            vec![
+                contiguous(&[300, 9], 2, -1.0, 1.0),
+                contiguous(&[1, 9], 3, -0.5, 0.5),
+            ],
+            &[],
+        ),
+        // Large enough to run its rows on all threads.
+        case(
+            "bias_relu (parallel)",
+            support::bias_relu(),
+            &[512, 256],
+            vec![
+                contiguous(&[512, 256], 4, -1.0, 1.0),
+                contiguous(&[1, 256], 5, -0.5, 0.5),
+            ],
+            &[],
+        ),
+        case(
+            "centre",
+            support::row_broadcast(),
+            &[20, 32],
+            vec![
+                contiguous(&[20, 32], 14, -1.0, 1.0),
+                contiguous(&[20, 1], 15, -0.5, 0.5),
+            ],
+            &[1.5],
+        ),
+        case(
+            "two_outputs",
+            support::two_outputs(),
+            &[2, 3, 5],
+            vec![contiguous(&[2, 3, 5], 6, 0.1, 2.0)],
+            &[],
+        ),
+        // Dimensions of size 1 and 0.
+        case(
+            "chain [5, 1]",
+            support::chain(),
+            &[5, 1],
+            vec![contiguous(&[5, 1], 7, -2.0, 2.0)],
+            &[2.0],
+        ),
+        case(
+            "chain [0, 7]",
+            support::chain(),
+            &[0, 7],
+            vec![contiguous(&[0, 7], 8, -2.0, 2.0)],
+            &[2.0],
+        ),
+        case(
+            "chain [4, 0]",
+            support::chain(),
+            &[4, 0],
+            vec![contiguous(&[4, 0], 9, -2.0, 2.0)],
+            &[2.0],
+        ),
+    ];
+    const { assert!(512 * 256 >= PARALLEL_ELEMENTS) };
+
+    // A transposed input: a contiguous [4, 3] buffer read as its transpose.
+    let mut t = contiguous(&[4, 3], 4, -1.0, 1.0);
+    t.shape = vec![3, 4];
+    t.strides = vec![1, 3];
+    let sub = kernel(
+        2,
+        vec![vec![false, false], vec![false, false]],
+        1,
+        0,
+        vec![load(0), load(1), bin(BinaryOp::Sub, 0, 1), store(0, 2)],
+    );
+    cases.push(case(
+        "transposed",
+        sub,
+        &[3, 4],
+        vec![t, contiguous(&[3, 4], 5, -1.0, 1.0)],
+        &[],
+    ));
+
+    // Row kernels: layer norm (two dependent reductions, γ and β along the row), over short,
+    // long, single-column and parallel rows; softmax and log-softmax with its row output.
+    for (rows, n, seed) in [(6, 300, 7), (2, 9000, 60), (4, 1, 61), (256, 512, 62)] {
+        let inputs = vec![
+            contiguous(&[rows, n], seed, -2.0, 2.0),
+            contiguous(&[1, n], seed + 1, 0.5, 1.5),
+            contiguous(&[1, n], seed + 2, -0.5, 0.5),
+        ];
+        let name = format!("layer_norm {rows}×{n}");
+        cases.push(case(
+            &name,
+            support::layer_norm(rows, n),
+            &[rows, n],
+            inputs,
+            &[1e-5],
+        ));
+    }
+    for (shape, seed) in [
+        ([3, 5, 40], 10),
+        ([2, 32, 128], 70),
+        ([2, 3, 1], 71),
+        ([0, 4, 8], 72),
+    ] {
+        let x = contiguous(&shape, seed, -4.0, 4.0);
+        cases.push(case(
+            &format!("softmax {shape:?}"),
+            support::softmax_rows(shape),
+            &shape,
+            vec![x],
+            &[],
+        ));
+        let x = contiguous(&shape, seed + 1, -4.0, 4.0);
+        let k = support::log_softmax_rows(shape);
+        cases.push(case(
+            &format!("log_softmax {shape:?}"),
+            k,
+            &shape,
+            vec![x],
+            &[],
+        ));
+    }
+    // A row value read from an input broadcast along the row: `x·s[r, 1] - Σ x·s`.
+    let rows = support::row_scaled_minus_sum();
+    let inputs = vec![
+        contiguous(&[8, 256], 90, -1.0, 1.0),
+        contiguous(&[8, 1], 91, 0.5, 1.5),
+    ];
+    cases.push(case("row narrow input", rows, &[8, 256], inputs, &[]));
+
+    // Every unary op on its domain, every binary op.
+    for (i, op) in UNARY_OPS.into_iter().enumerate() {
+        let (lo, hi) = match op {
+            UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Recip => (0.1, 3.0),
+            _ => (-3.0, 3.0),
+        };
+        let x = contiguous(&[64], 10 + i as u64, lo, hi);
+        cases.push(case(&format!("{op:?}"), unary(op), &[64], vec![x], &[]));
+    }
+    for (i, op) in BINARY_OPS.into_iter().enumerate() {
+        let inputs = vec![
+            contiguous(&[64], 30 + i as u64, 0.5, 2.0),
+            contiguous(&[64], 40 + i as u64, 0.5, 2.0),
+        ];
+        cases.push(case(&format!("{op:?}"), binary(op), &[64], inputs, &[]));
+    }
+    cases
+}
+
+#[test]
+fn generated_c_kernels_match_the_reference() {
+    let cases = cases();
+    let functions: Vec<String> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let strides: Vec<Vec<usize>> = c.inputs.iter().map(|x| x.strides.clone()).collect();
+            c_function(&format!("k{i}"), &c.kernel, &c.shape, &strides).expect(&c.name)
+        })
+        .collect();
+    let toolchain = Toolchain::new(None, None).expect("the CPU path's tests need a C compiler");
+    let dir = std::env::temp_dir().join(format!("burn-compile-c-exec-{}", std::process::id()));
+    let unit = toolchain
+        .build(&c_unit(&functions), &dir)
+        .expect("the unit builds");
+    assert!(!unit.cached, "a fresh directory holds no build");
+
+    for (i, c) in cases.iter().enumerate() {
+        let f = unit.kernel(&format!("k{i}")).expect("exported");
+        let len = |s: &[usize]| s.iter().product::<usize>();
+        let out_lens: Vec<usize> = (0..c.kernel.outputs as usize)
+            .map(|o| match &c.kernel.row {
+                Some(row) if row.row_outputs[o] => len(&c.shape[..c.shape.len() - 1]),
+                _ => len(&c.shape),
+            })
+            .collect();
+        let mut outputs: Vec<Vec<f32>> = out_lens.iter().map(|n| vec![f32::NAN; *n]).collect();
+        let ins: Vec<*const c_void> = c.inputs.iter().map(|x| x.data.as_ptr().cast()).collect();
+        let outs: Vec<*mut c_void> = outputs.iter_mut().map(|o| o.as_mut_ptr().cast()).collect();
+        let scalars: Vec<f64> = c.scalars.iter().map(|s| *s as f64).collect();
+        // SAFETY: the buffers have the lengths the kernel was generated for.
+        unsafe { f(ins.as_ptr(), outs.as_ptr(), scalars.as_ptr()) };
+        let want = match c.kernel.row {
+            Some(_) => row_reference(&c.kernel, &c.inputs, &c.scalars),
+            None => reference(&c.kernel, &c.shape, &c.inputs, &c.scalars),
+        };
+        for (o, (got, want)) in outputs.iter().zip(&want).enumerate() {
+            assert_eq!(got.len(), want.len(), "{}: output {o}", c.name);
+            for (j, (g, w)) in got.iter().zip(want).enumerate() {
+                // f32 kernels vs an f64 reference: 1e-5 absolute + 1e-4 relative.
+                let tol = 1e-5 + 1e-4 * w.abs();
+                assert!(
+                    (*g as f64 - w).abs() <= tol,
+                    "{}: output {o}[{j}] = {g}, expected {w}",
+                    c.name
+                );
+            }
+        }
+    }
+
+    // Built again by the same toolchain: found in the cache, not compiled.
+    let again = toolchain.build(&c_unit(&functions), &dir).expect("cached");
+    assert!(again.cached);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_missing_compiler_and_a_rejected_unit_are_clear_errors() {
+    let missing = Toolchain::new(Some("/nonexistent/cc"), None).unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .starts_with("no C compiler: `/nonexistent/cc`"),
+        "{missing}"
+    );
+    let toolchain = Toolchain::new(None, None).expect("a C compiler");
+    let dir = std::env::temp_dir().join(format!("burn-compile-c-bad-{}", std::process::id()));
+    let err = toolchain
+        .build("void k(void) { not C }", &dir)
+        .err()
+        .expect("rejected");
+    assert!(
+        err.to_string().contains("rejected the generated C"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

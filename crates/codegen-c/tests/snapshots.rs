@@ -1,0 +1,95 @@
+//! The generated C of every kernel kind, reviewed as snapshots (`snapshots/codegen/*.c.snap`,
+//! beside the same kernels' CUDA and WGSL): the kernels the GPU code generator snapshots, over
+//! the same shapes, inputs contiguous.
+
+mod support;
+
+use burn_compile_codegen_c::c_function;
+use burn_compile_schedule::PointwiseKernel;
+
+fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+fn source(k: &PointwiseKernel, shape: &[usize], strides: Vec<Vec<usize>>) -> String {
+    c_function("kernel", k, shape, &strides).expect("C source")
+}
+
+fn snapshot(name: &str, k: &PointwiseKernel) {
+    let shape = support::snapshot_shape(k);
+    let strides = vec![contiguous_strides(&shape); k.inputs.len()];
+    let c = source(k, &shape, strides);
+    insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => format!("{k:?} over {shape:?}") }, {
+        insta::assert_snapshot!(format!("{name}.c"), c);
+    });
+}
+
+#[test]
+fn c_pointwise_chain() {
+    snapshot("pointwise_chain", &support::chain());
+}
+
+#[test]
+fn c_pointwise_broadcast_bias_relu() {
+    snapshot("pointwise_broadcast_bias_relu", &support::bias_relu());
+}
+
+#[test]
+fn c_pointwise_constants_and_fill() {
+    snapshot("pointwise_constants", &support::constants());
+    snapshot("pointwise_fill", &support::fill());
+}
+
+#[test]
+fn c_pointwise_two_outputs_activations() {
+    snapshot("pointwise_two_outputs_activations", &support::two_outputs());
+}
+
+/// An input read through a transposed view: its strides are constants of the source.
+#[test]
+fn c_pointwise_transposed_input() {
+    let k = support::chain();
+    let c = source(&k, &[64, 128], vec![vec![1, 64]]);
+    insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", }, {
+        insta::assert_snapshot!("pointwise_transposed_input.c", c);
+    });
+}
+
+/// An input broadcast along the row: read once per row, outside the column loop.
+#[test]
+fn c_pointwise_row_broadcast() {
+    snapshot("pointwise_row_broadcast", &support::row_broadcast());
+}
+
+/// Layer norm: the mean, then the variance (which needs the mean) — two loops over the row,
+/// γ and β read along it, the output written in a third.
+#[test]
+fn c_row_layer_norm() {
+    snapshot("row_layer_norm", &support::layer_norm(4096, 512));
+}
+
+/// Softmax with its row sums as a row output (one value per row).
+#[test]
+fn c_row_softmax_row_output() {
+    snapshot(
+        "row_softmax_row_output",
+        &support::softmax_rows([32, 8, 128]),
+    );
+}
+
+#[test]
+fn c_row_log_softmax() {
+    snapshot("row_log_softmax", &support::log_softmax_rows([32, 8, 128]));
+}
+
+#[test]
+fn half_types_have_no_c_kernel() {
+    let mut k = support::chain();
+    k.dtype = burn_backend::DType::BF16;
+    let err = c_function("kernel", &k, &[64, 128], &[vec![128, 1]]).unwrap_err();
+    assert_eq!(err.to_string(), "no C kernels for BF16");
+}
