@@ -6,7 +6,8 @@
 //! array walks it can unroll and vectorize — laid out as rows × columns (the last dimension):
 //!
 //! - rows run in parallel (an OpenMP `parallel for`) when the kernel has enough elements to
-//!   repay waking the threads ([`PARALLEL_ELEMENTS`]);
+//!   repay waking the threads ([`PARALLEL_ELEMENTS`]); a pointwise kernel with few rows splits
+//!   its columns instead;
 //! - each reduction over the row is one `omp simd` loop over the columns with its accumulator;
 //!   reductions that need nothing from each other share one loop (a layer norm's two means do
 //!   not: the variance needs the mean);
@@ -28,6 +29,10 @@ use std::fmt::Write;
 /// Kernels of at least this many elements run their rows on all threads (OpenMP); smaller ones
 /// run on the caller's thread, where waking the pool costs more than the work.
 pub const PARALLEL_ELEMENTS: usize = 1 << 15;
+
+/// A large pointwise kernel with fewer rows than this splits each row's columns among the
+/// threads rather than its rows (which would leave threads idle).
+pub const SPLIT_COLUMNS_BELOW_ROWS: usize = 16;
 
 /// Why a kernel has no C code.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,7 +301,11 @@ pub fn c_function(
             ty = t.name
         );
     }
-    if rows * cols >= PARALLEL_ELEMENTS && rows > 1 {
+    // Large kernels run on all threads: by rows, or — a pointwise kernel with few rows (a
+    // rank-1 tensor is one row) — by columns within each row.
+    let large = rows * cols >= PARALLEL_ELEMENTS;
+    let split_columns = large && kernel.row.is_none() && rows < SPLIT_COLUMNS_BELOW_ROWS;
+    if large && !split_columns && rows > 1 {
         let _ = writeln!(c, "    #pragma omp parallel for schedule(static)");
     }
     let _ = writeln!(c, "    for (int64_t row = 0; row < {rows}; row++) {{");
@@ -392,7 +401,12 @@ pub fn c_function(
         .filter(|(o, _)| !row_outputs[*o])
         .collect();
     if !full.is_empty() {
-        let _ = writeln!(c, "{ind}#pragma omp simd");
+        let pragma = if split_columns {
+            "omp parallel for simd schedule(static)"
+        } else {
+            "omp simd"
+        };
+        let _ = writeln!(c, "{ind}#pragma {pragma}");
         let _ = writeln!(c, "{ind}for (int64_t c = 0; c < {cols}; c++) {{");
         let values: Vec<usize> = full.iter().map(|(_, v)| *v).collect();
         for r in column_closure(kernel, &st, &values) {

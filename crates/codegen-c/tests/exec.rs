@@ -92,6 +92,24 @@ fn cases() -> Vec<Case> {
             vec![contiguous(&[2, 3, 5], 6, 0.1, 2.0)],
             &[],
         ),
+        // One long row (rank 1) and few long rows: the columns split among the threads.
+        case(
+            "Exp [65536] (columns split)",
+            unary(UnaryOp::Exp),
+            &[65536],
+            vec![contiguous(&[65536], 16, -3.0, 3.0)],
+            &[],
+        ),
+        case(
+            "bias_relu [3, 20000] (columns split)",
+            support::bias_relu(),
+            &[3, 20000],
+            vec![
+                contiguous(&[3, 20000], 17, -1.0, 1.0),
+                contiguous(&[1, 20000], 18, -0.5, 0.5),
+            ],
+            &[],
+        ),
         // Dimensions of size 1 and 0.
         case(
             "chain [5, 1]",

@@ -59,6 +59,17 @@ fn c_pointwise_transposed_input() {
     });
 }
 
+/// A large rank-1 kernel (one row): its columns are split among the threads.
+#[test]
+fn c_pointwise_columns_split() {
+    let k = support::unary(burn_compile_schedule::UnaryOp::Gelu);
+    let c = source(&k, &[1 << 16], vec![vec![1]]);
+    assert!(c.contains("#pragma omp parallel for simd"), "{c}");
+    insta::with_settings!({ snapshot_path => "../../../snapshots/codegen" }, {
+        insta::assert_snapshot!("pointwise_columns_split.c", c);
+    });
+}
+
 /// An input broadcast along the row: read once per row, outside the column loop.
 #[test]
 fn c_pointwise_row_broadcast() {
