@@ -210,12 +210,13 @@ fn expr(t: &Ctype, instr: &Instr, load: impl Fn(u16) -> String) -> String {
 }
 
 /// The C function `name` computing `kernel` over `shape`, its inputs read with `strides` (one
-/// list per input, in elements; a broadcast dimension's stride is never used).
+/// list per input, in elements from the pointer the caller passes for it; negative in a
+/// flipped view; a broadcast dimension's stride is never used).
 pub fn c_function(
     name: &str,
     kernel: &PointwiseKernel,
     shape: &[usize],
-    strides: &[Vec<usize>],
+    strides: &[Vec<isize>],
 ) -> Result<String, CodegenError> {
     let t = Ctype::of(kernel.dtype)?;
     let rank = shape.len();

@@ -222,6 +222,10 @@ fn cases() -> Vec<Case> {
     cases
 }
 
+fn signed(strides: &[usize]) -> Vec<isize> {
+    strides.iter().map(|s| *s as isize).collect()
+}
+
 #[test]
 fn generated_c_kernels_match_the_reference() {
     let cases = cases();
@@ -229,7 +233,7 @@ fn generated_c_kernels_match_the_reference() {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let strides: Vec<Vec<usize>> = c.inputs.iter().map(|x| x.strides.clone()).collect();
+            let strides: Vec<Vec<isize>> = c.inputs.iter().map(|x| signed(&x.strides)).collect();
             c_function(&format!("k{i}"), &c.kernel, &c.shape, &strides).expect(&c.name)
         })
         .collect();
@@ -298,5 +302,38 @@ fn a_missing_compiler_and_a_rejected_unit_are_clear_errors() {
         err.to_string().contains("rejected the generated C"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A flipped view (Flex's `flip`): negative strides, read from the view's first element.
+#[test]
+fn a_flipped_input_is_read_backwards() {
+    // out = x - y with x = flip(b, [0, 1]) of a contiguous [6, 10] buffer b.
+    let sub = kernel(
+        2,
+        vec![vec![false, false], vec![false, false]],
+        1,
+        0,
+        vec![load(0), load(1), bin(BinaryOp::Sub, 0, 1), store(0, 2)],
+    );
+    let (b, y) = (
+        contiguous(&[6, 10], 81, -1.0, 1.0),
+        contiguous(&[6, 10], 82, -1.0, 1.0),
+    );
+    let source = c_function("flipped", &sub, &[6, 10], &[vec![-10, -1], vec![10, 1]]).unwrap();
+    let toolchain = Toolchain::new(None, None).expect("a C compiler");
+    let dir = std::env::temp_dir().join(format!("burn-compile-c-flip-{}", std::process::id()));
+    let unit = toolchain.build(&c_unit(&[source]), &dir).expect("builds");
+    let f = unit.kernel("flipped").unwrap();
+    let mut out = vec![f32::NAN; 60];
+    // The view's first element is the buffer's last.
+    let ins: [*const c_void; 2] = [b.data[59..].as_ptr().cast(), y.data.as_ptr().cast()];
+    let outs: [*mut c_void; 1] = [out.as_mut_ptr().cast()];
+    // SAFETY: every offset the kernel forms stays inside the two 60-element buffers.
+    unsafe { f(ins.as_ptr(), outs.as_ptr(), std::ptr::null()) };
+    for (i, got) in out.iter().enumerate() {
+        let want = b.data[59 - i] - y.data[i];
+        assert_eq!(*got, want, "element {i}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,15 +7,15 @@ mod support;
 use burn_compile_codegen_c::c_function;
 use burn_compile_schedule::PointwiseKernel;
 
-fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     let mut s = vec![1; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
+        s[d] = s[d + 1] * shape[d + 1] as isize;
     }
     s
 }
 
-fn source(k: &PointwiseKernel, shape: &[usize], strides: Vec<Vec<usize>>) -> String {
+fn source(k: &PointwiseKernel, shape: &[usize], strides: Vec<Vec<isize>>) -> String {
     c_function("kernel", k, shape, &strides).expect("C source")
 }
 
