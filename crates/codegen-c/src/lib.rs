@@ -95,8 +95,6 @@ impl Ctype {
 struct Stages {
     row: Vec<bool>,
     stage: Vec<u32>,
-    /// Register of each instruction that defines one (`None` for stores).
-    reg_of: Vec<Option<usize>>,
     /// Instruction defining each register.
     instr_of: Vec<usize>,
 }
@@ -105,7 +103,6 @@ fn stages(k: &PointwiseKernel, row_broadcast: &[bool]) -> Stages {
     let mut s = Stages {
         row: Vec::new(),
         stage: Vec::new(),
-        reg_of: Vec::new(),
         instr_of: Vec::new(),
     };
     for (i, instr) in k.program.iter().enumerate() {
@@ -118,12 +115,8 @@ fn stages(k: &PointwiseKernel, row_broadcast: &[bool]) -> Stages {
                 s.stage[a as usize].max(s.stage[b as usize]),
             ),
             Instr::Reduce { a, .. } => (true, s.stage[a as usize] + 1),
-            Instr::Store { .. } => {
-                s.reg_of.push(None);
-                continue;
-            }
+            Instr::Store { .. } => continue,
         };
-        s.reg_of.push(Some(s.row.len()));
         s.instr_of.push(i);
         s.row.push(row);
         s.stage.push(stage);

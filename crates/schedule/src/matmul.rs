@@ -165,16 +165,17 @@ pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
             continue;
         };
         // The epilogue, in the order cuBLASLt applies it; each step reads the previous one's
-        // result as its sole reader.
+        // result (`out`, produced at `at`) as its sole reader.
+        let mut at = i;
         if !bias
             && let Some((j, o)) =
-                sole_reader(ops, live, out).filter(|(j, _)| is_scale(&ops[*j], out))
+                sole_reader(ops, live, at, out).filter(|(j, _)| is_scale(&ops[*j], out))
         {
             group.scale = Some(j as u32);
-            out = o;
+            (at, out) = (j, o);
         }
         // The call runs at the product's place: the residual must exist by then.
-        if let Some((j, o)) = sole_reader(ops, live, out)
+        if let Some((j, o)) = sole_reader(ops, live, at, out)
             && let Some(input) = residual_input(&ops[j], out)
             && ops[j]
                 .inputs()
@@ -185,11 +186,11 @@ pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
                 op: j as u32,
                 input,
             });
-            out = o;
+            (at, out) = (j, o);
         }
         let relu_allowed = matches!(kind, MatmulKind::Matmul | MatmulKind::Linear);
         if relu_allowed
-            && let Some((j, _)) = sole_reader(ops, live, out)
+            && let Some((j, _)) = sole_reader(ops, live, at, out)
             && Activation::of(&ops[j]) == Some(Activation::Relu)
         {
             group.relu = Some(j as u32);
@@ -199,18 +200,16 @@ pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
     groups
 }
 
-/// The first operation after `t` was produced that reads it, when that operation is live,
-/// reads it as its last use (so nothing else does) and produces one tensor: its position and
-/// output.
+/// The first operation after position `at` (where `t` is produced) that reads `t`, when that
+/// operation is live, reads it as its last use (so nothing else does) and produces one tensor:
+/// its position and output.
 fn sole_reader<'a>(
     ops: &'a [OperationIr],
     live: &[bool],
+    at: usize,
     t: &TensorIr,
 ) -> Option<(usize, &'a TensorIr)> {
-    let producer = ops
-        .iter()
-        .position(|op| op.outputs().any(|o| o.id == t.id))?;
-    for (j, op) in ops.iter().enumerate().skip(producer + 1) {
+    for (j, op) in ops.iter().enumerate().skip(at + 1) {
         let reads: Vec<&TensorIr> = op.inputs().filter(|i| i.id == t.id).collect();
         if reads.is_empty() {
             continue;
