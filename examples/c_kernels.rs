@@ -24,7 +24,7 @@ type F = burn_flex::Flex;
 mod kernels;
 #[path = "../crates/codegen/tests/support/reference.rs"]
 mod reference;
-use kernels::{bin, kernel, load, reduce, row_kernel, store, un};
+use kernels::{bin, load, reduce, row_kernel, store, un};
 
 /// A kernel and its eager form: name, kernel, inputs (data, strides), scalars, eager Burn.
 type Case<'a> = (
@@ -102,19 +102,7 @@ fn main() {
         ),
         (
             "gelu(x + b)",
-            kernel(
-                2,
-                vec![vec![false, false], vec![true, false]],
-                1,
-                0,
-                vec![
-                    load(0),
-                    load(1),
-                    bin(BinaryOp::Add, 0, 1),
-                    un(UnaryOp::Gelu, 2),
-                    store(0, 3),
-                ],
-            ),
+            kernels::bias_activation(UnaryOp::Gelu),
             vec![(&x, contiguous.clone()), (&b, bcast.clone())],
             vec![],
             Box::new(|| activation::gelu(xt() + row(&b))),

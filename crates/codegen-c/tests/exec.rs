@@ -8,10 +8,10 @@
 mod support;
 
 use burn_compile_codegen_c::{PARALLEL_ELEMENTS, Toolchain, c_function, c_unit};
-use burn_compile_schedule::{BinaryOp, PointwiseKernel, UnaryOp};
+use burn_compile_schedule::{PointwiseKernel, UnaryOp};
 use std::ffi::c_void;
 use support::reference::{Input, contiguous, reference, row_reference};
-use support::{BINARY_OPS, UNARY_OPS, bin, binary, kernel, load, store, unary};
+use support::{BINARY_OPS, UNARY_OPS, binary, unary};
 
 struct Case {
     name: String,
@@ -139,13 +139,7 @@ fn cases() -> Vec<Case> {
     let mut t = contiguous(&[4, 3], 4, -1.0, 1.0);
     t.shape = vec![3, 4];
     t.strides = vec![1, 3];
-    let sub = kernel(
-        2,
-        vec![vec![false, false], vec![false, false]],
-        1,
-        0,
-        vec![load(0), load(1), bin(BinaryOp::Sub, 0, 1), store(0, 2)],
-    );
+    let sub = support::difference();
     cases.push(case(
         "transposed",
         sub,
@@ -309,13 +303,7 @@ fn a_missing_compiler_and_a_rejected_unit_are_clear_errors() {
 #[test]
 fn a_flipped_input_is_read_backwards() {
     // out = x - y with x = flip(b, [0, 1]) of a contiguous [6, 10] buffer b.
-    let sub = kernel(
-        2,
-        vec![vec![false, false], vec![false, false]],
-        1,
-        0,
-        vec![load(0), load(1), bin(BinaryOp::Sub, 0, 1), store(0, 2)],
-    );
+    let sub = support::difference();
     let (b, y) = (
         contiguous(&[6, 10], 81, -1.0, 1.0),
         contiguous(&[6, 10], 82, -1.0, 1.0),

@@ -7,13 +7,13 @@
 mod support;
 
 use burn_compile_codegen::{LaunchLayout, launch_pointwise};
-use burn_compile_schedule::{BinaryOp, PointwiseKernel, UnaryOp};
+use burn_compile_schedule::{PointwiseKernel, UnaryOp};
 use cubecl::CubeElement;
 use cubecl::prelude::*;
 use cubecl_wgpu::{WgpuDevice, WgpuRuntime};
 use std::io::Write;
 use support::reference::{Input, contiguous, reference, row_reference};
-use support::{BINARY_OPS, UNARY_OPS, bin, binary, kernel, load, store, unary};
+use support::{BINARY_OPS, UNARY_OPS, binary, unary};
 
 fn client() -> Option<ComputeClient<WgpuRuntime>> {
     let probe = std::panic::catch_unwind(|| WgpuRuntime::client(&WgpuDevice::default()));
@@ -188,13 +188,7 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
     let mut t = contiguous(&[4, 3], 4, -1.0, 1.0);
     t.shape = vec![3, 4];
     t.strides = vec![1, 3];
-    let sub = kernel(
-        2,
-        vec![vec![false, false], vec![false, false]],
-        1,
-        0,
-        vec![load(0), load(1), bin(BinaryOp::Sub, 0, 1), store(0, 2)],
-    );
+    let sub = support::difference();
     let y = contiguous(&[3, 4], 5, -1.0, 1.0);
     let v = check(&client, "transposed", &sub, &[3, 4], &[t, y], &[]);
     assert_eq!(

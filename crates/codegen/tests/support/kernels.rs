@@ -255,6 +255,11 @@ pub fn fill() -> PointwiseKernel {
 
 /// `out = relu(x + bias[1, n])`: the bias skips dimension 0.
 pub fn bias_relu() -> PointwiseKernel {
+    bias_activation(UnaryOp::Relu)
+}
+
+/// `out = op(x + bias[1, n])`.
+pub fn bias_activation(op: UnaryOp) -> PointwiseKernel {
     kernel(
         2,
         vec![vec![false, false], vec![true, false]],
@@ -264,9 +269,20 @@ pub fn bias_relu() -> PointwiseKernel {
             load(0),
             load(1),
             bin(BinaryOp::Add, 0, 1),
-            un(UnaryOp::Relu, 2),
+            un(op, 2),
             store(0, 3),
         ],
+    )
+}
+
+/// `out = x - y`, rank 2, both read with their own strides (the strided-input cases).
+pub fn difference() -> PointwiseKernel {
+    kernel(
+        2,
+        vec![vec![false, false], vec![false, false]],
+        1,
+        0,
+        vec![load(0), load(1), bin(BinaryOp::Sub, 0, 1), store(0, 2)],
     )
 }
 
