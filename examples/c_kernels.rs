@@ -135,7 +135,9 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     for (name, k, inputs, scalars, eager) in cases {
         let strides: Vec<Vec<isize>> = inputs.iter().map(|(_, s)| s.clone()).collect();
-        let source = c_unit(&[c_function("kernel", &k, &shape, &strides).expect("C")]);
+        let cf = c_function("kernel", &k, &shape, &strides).expect("C");
+        let tasks = cf.tasks as i64;
+        let source = c_unit(&[cf]);
         let unit = toolchain.build(&source, &cache).expect("builds");
         let f = unit.kernel("kernel").expect("exported");
         let mut out = vec![0f32; rows * n];
@@ -143,7 +145,7 @@ fn main() {
         let outs = [out.as_mut_ptr().cast::<c_void>()];
         let mut run_c = || {
             // SAFETY: every buffer has the length the kernel was generated for.
-            unsafe { f(ins.as_ptr(), outs.as_ptr(), scalars.as_ptr()) };
+            unsafe { f(ins.as_ptr(), outs.as_ptr(), scalars.as_ptr(), 0, tasks) };
         };
         // The eager side includes its input upload (one copy of x), as the C side reads x in place:
         // the upload is timed alone and subtracted.

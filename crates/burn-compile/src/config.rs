@@ -86,6 +86,18 @@ pub struct CompileConfig {
     /// worth more (bf16 1.29 ms queued, 1.59–1.90 ms on the device thread). On, the replay
     /// profile (`BURN_COMPILE_PROFILE_REPLAY`) times each step's whole host cost.
     pub replay_on_device_thread: bool,
+    /// The C compiler of the CPU path's kernels (`BURN_COMPILE_CC`; default `$CC`, else `cc`).
+    /// Without one, or when a build fails, the kernels' ops run on the inner backend after one
+    /// warning (an error when [`CompileConfig::strict`]).
+    pub c_compiler: Option<String>,
+    /// The flags C kernels are built with (`BURN_COMPILE_CFLAGS`; default
+    /// `-O3 -march=native -fopenmp-simd -fno-math-errno`). Part of the disk cache's key.
+    pub c_flags: Option<String>,
+    /// Where built kernels are kept between runs (`BURN_COMPILE_CACHE_DIR`; default
+    /// `$XDG_CACHE_HOME/burn-compile`, else `~/.cache/burn-compile`, else the temporary
+    /// directory's `burn-compile`). Units are keyed by their source, the compiler's identity
+    /// and the flags, so a stale entry is never loaded.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for CompileConfig {
@@ -108,6 +120,9 @@ impl Default for CompileConfig {
             diagnostics: false,
             async_execution: true,
             replay_on_device_thread: false,
+            c_compiler: None,
+            c_flags: None,
+            cache_dir: None,
         }
     }
 }
@@ -228,7 +243,29 @@ impl CompileConfig {
         if let Some((k, v)) = get("BURN_COMPILE_DEVICE_THREAD") {
             self.replay_on_device_thread = parse_bool(&k, &v)?;
         }
+        if let Some((_, v)) = get("BURN_COMPILE_CC").filter(|(_, v)| !v.trim().is_empty()) {
+            self.c_compiler = Some(v.trim().to_string());
+        }
+        if let Some((_, v)) = get("BURN_COMPILE_CFLAGS") {
+            self.c_flags = Some(v);
+        }
+        if let Some((_, v)) = get("BURN_COMPILE_CACHE_DIR").filter(|(_, v)| !v.trim().is_empty()) {
+            self.cache_dir = Some(v.trim().into());
+        }
         Ok(self)
+    }
+
+    /// The directory of built kernels: [`CompileConfig::cache_dir`] or the user's cache.
+    pub fn kernel_cache_dir(&self) -> std::path::PathBuf {
+        if let Some(dir) = &self.cache_dir {
+            return dir.clone();
+        }
+        let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        env("XDG_CACHE_HOME")
+            .map(std::path::PathBuf::from)
+            .or_else(|| env("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("burn-compile")
     }
 
     /// Applies the `BURN_COMPILE_*` environment variables.
@@ -298,8 +335,17 @@ mod tests {
                 ("BURN_COMPILE_CSE", "false"),
                 ("BURN_COMPILE_DEVICE_THREAD", "1"),
                 ("BURN_COMPILE_VECTORIZE", "no"),
+                ("BURN_COMPILE_CC", " clang "),
+                ("BURN_COMPILE_CFLAGS", "-O2"),
+                ("BURN_COMPILE_CACHE_DIR", "/tmp/kernels"),
             ]))
             .unwrap();
+        assert_eq!(config.c_compiler.as_deref(), Some("clang"));
+        assert_eq!(config.c_flags.as_deref(), Some("-O2"));
+        assert_eq!(
+            config.kernel_cache_dir(),
+            std::path::PathBuf::from("/tmp/kernels")
+        );
         assert!(!config.vectorize);
         assert!(CompileConfig::default().vectorize);
         assert!(!config.fusion);

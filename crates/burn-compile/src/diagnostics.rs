@@ -54,6 +54,69 @@ pub struct GraphRecord {
     pub region_end: bool,
     /// Readable listing, when diagnostics are on.
     pub listing: Option<String>,
+    /// The generated kernels built for this graph when it first ran (the CPU target's C unit),
+    /// filled in by `explain` once the region's graphs have run; `None` where nothing was built
+    /// (GPU targets compile each kernel at its first launch, inside the runtime).
+    pub kernel_build: Option<KernelBuild>,
+}
+
+/// A build of a graph's generated kernels at the end of its first replay (the CPU target: all
+/// of its C kernels in one unit, built by the system compiler or found in the disk cache).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelBuild {
+    /// Kernels in the unit.
+    pub kernels: usize,
+    /// Time to generate, compile (or find) and load them.
+    pub time: Duration,
+    /// Found in the disk cache, not compiled.
+    pub cached: bool,
+    /// Why the build failed (the kernels' ops run on the inner backend), if it did.
+    pub error: Option<String>,
+}
+
+impl std::fmt::Display for KernelBuild {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.error {
+            Some(e) => write!(f, "{} C kernel(s) failed to build ({e})", self.kernels),
+            None => write!(
+                f,
+                "{} C kernel(s) {} in {:?}",
+                self.kernels,
+                if self.cached {
+                    "loaded from the disk cache"
+                } else {
+                    "compiled"
+                },
+                self.time
+            ),
+        }
+    }
+}
+
+/// Kernel builds not yet claimed by an `explain` region, by graph (bounded: the oldest go).
+static BUILDS: Mutex<Vec<(GraphKey, KernelBuild)>> = Mutex::new(Vec::new());
+
+/// A target built the kernels of graph `key` (on the thread that ran it).
+pub(crate) fn kernels_built(key: GraphKey, build: KernelBuild) {
+    let c = &COUNTERS;
+    if build.error.is_none() {
+        c.kernel_builds.fetch_add(1, Ordering::Relaxed);
+        c.kernel_build_nanos
+            .fetch_add(build.time.as_nanos() as u64, Ordering::Relaxed);
+    }
+    tracing::info!(target: "burn_compile::output_code", "graph {key}: {build}");
+    let mut builds = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
+    if builds.len() >= 1024 {
+        builds.remove(0);
+    }
+    builds.push((key, build));
+}
+
+/// The build of graph `key`'s kernels, if one happened and is not yet claimed.
+pub(crate) fn take_kernel_build(key: GraphKey) -> Option<KernelBuild> {
+    let mut builds = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
+    let i = builds.iter().position(|(k, _)| *k == key)?;
+    Some(builds.remove(i).1)
 }
 
 /// What the memory plan of a graph placed (see `CompileConfig::memory_planning`).
@@ -151,6 +214,8 @@ pub(crate) struct Counters {
     pub kernel_fallbacks: AtomicU64,
     pub attention_kernels: AtomicU64,
     pub vectorized_kernels: AtomicU64,
+    pub kernel_builds: AtomicU64,
+    pub kernel_build_nanos: AtomicU64,
     pub breaks: [AtomicU64; 9],
 }
 
@@ -166,6 +231,8 @@ pub(crate) static COUNTERS: Counters = Counters {
     kernel_fallbacks: AtomicU64::new(0),
     attention_kernels: AtomicU64::new(0),
     vectorized_kernels: AtomicU64::new(0),
+    kernel_builds: AtomicU64::new(0),
+    kernel_build_nanos: AtomicU64::new(0),
     breaks: [const { AtomicU64::new(0) }; 9],
 };
 

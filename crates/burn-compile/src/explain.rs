@@ -27,8 +27,12 @@ pub struct Explanation {
     pub library_matmuls: usize,
     /// Attention kernels over all graphs (the attention pattern fired).
     pub attention_kernels: usize,
-    /// Time spent compiling each graph (zero for a cache hit).
+    /// Time spent compiling each graph (zero for a cache hit): its plan.
     pub compile_times: Vec<Duration>,
+    /// Time spent building generated kernels at the graphs' first replays (the CPU target's C
+    /// units: compiled, or loaded from the disk cache), over all graphs; each graph's build is
+    /// its record's `kernel_build`.
+    pub kernel_build_time: Duration,
     /// Graphs whose plan came from the cache.
     pub cache_hits: usize,
     /// Graphs that had to be compiled.
@@ -52,6 +56,11 @@ impl Explanation {
             library_matmuls: graphs.iter().map(|g| g.library_matmuls.0).sum(),
             attention_kernels: graphs.iter().map(|g| g.attention_kernels).sum(),
             compile_times: graphs.iter().map(|g| g.compile_time).collect(),
+            kernel_build_time: graphs
+                .iter()
+                .filter_map(|g| g.kernel_build.as_ref())
+                .map(|b| b.time)
+                .sum(),
             cache_hits: graphs.iter().filter(|g| g.cache_hit).count(),
             cache_misses: graphs.iter().filter(|g| !g.cache_hit).count(),
             graphs,
@@ -63,12 +72,17 @@ impl fmt::Display for Explanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "burn-compile explain: {} graph(s), {} break(s), cache {} hit(s) / {} miss(es), compile {:?}",
+            "burn-compile explain: {} graph(s), {} break(s), cache {} hit(s) / {} miss(es), compile {:?}{}",
             self.graph_count,
             self.graph_break_count,
             self.cache_hits,
             self.cache_misses,
-            self.compile_times.iter().sum::<Duration>()
+            self.compile_times.iter().sum::<Duration>(),
+            if self.kernel_build_time.is_zero() {
+                String::new()
+            } else {
+                format!(" + kernel builds {:?}", self.kernel_build_time)
+            }
         )?;
         if !self.break_reasons.is_empty() {
             writeln!(f, "breaks:")?;
@@ -113,6 +127,9 @@ impl fmt::Display for Explanation {
                     format!("compiled in {:?}", g.compile_time)
                 },
             )?;
+            if let Some(build) = &g.kernel_build {
+                writeln!(f, "  {build}")?;
+            }
             for (k, kernel) in g.kernels.iter().enumerate() {
                 writeln!(f, "  kernel {k}: {kernel}")?;
             }
@@ -135,12 +152,20 @@ fn close_all(reason: BreakReason, region_end: bool) {
 /// while `f`'s result is alive. The calling thread's graphs are reported, those another thread
 /// closed included (an op that runs eagerly closes every thread's pending graph); threads
 /// spawned by `f` record their own streams, which are not.
+///
+/// The region's graphs have run when it returns (it waits for the devices' execution threads):
+/// the kernels a target builds at a graph's first replay (the CPU target's C units) are part of
+/// its compile time, reported in each graph's `kernel_build`.
 pub fn explain<T>(f: impl FnOnce() -> T) -> (T, Explanation) {
     close_all(BreakReason::MarkStep, true);
     let previous = diagnostics::start_explain();
     let value = f();
     close_all(BreakReason::MarkStep, true);
-    let records = diagnostics::finish_explain(previous);
+    let mut records = diagnostics::finish_explain(previous);
+    registry::for_each(|c| c.wait_idle());
+    for g in records.iter_mut().filter(|g| !g.cache_hit) {
+        g.kernel_build = diagnostics::take_kernel_build(g.key);
+    }
     (value, Explanation::from_records(records))
 }
 

@@ -31,7 +31,7 @@ mod stance;
 
 pub use capture::{BreakReason, CompileChannel, CompileClient, GraphBreak, SameBackendBridge};
 pub use config::{CompileConfig, ConfigError, config_for, configure};
-pub use diagnostics::{GraphRecord, PlannedMemory};
+pub use diagnostics::{GraphRecord, KernelBuild, PlannedMemory};
 pub use explain::{Explanation, FullGraphError, explain, fullgraph, mark_step, take_error};
 pub use logs::{TOPICS as LOG_TOPICS, init_logs};
 pub use metrics::{Metrics, metrics};

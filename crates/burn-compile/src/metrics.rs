@@ -32,6 +32,10 @@ pub struct Metrics {
     /// Generated kernel launches that loaded and stored vectors (`CompileConfig::vectorize`;
     /// the others ran scalar code: a layout or alignment that allowed none, or vectorize off).
     pub vectorized_kernels: u64,
+    /// Units of generated kernels built at a graph's first replay (the CPU target's C units,
+    /// compiled or found in the disk cache), and the time they took.
+    pub kernel_builds: u64,
+    pub kernel_build_time: Duration,
     /// Breaks per reason, in [`BreakReason::ALL`] order.
     pub breaks: Vec<(BreakReason, u64)>,
 }
@@ -60,6 +64,10 @@ impl Metrics {
             kernel_fallbacks: self.kernel_fallbacks - earlier.kernel_fallbacks,
             attention_kernels: self.attention_kernels - earlier.attention_kernels,
             vectorized_kernels: self.vectorized_kernels - earlier.vectorized_kernels,
+            kernel_builds: self.kernel_builds - earlier.kernel_builds,
+            kernel_build_time: self
+                .kernel_build_time
+                .saturating_sub(earlier.kernel_build_time),
             breaks: self
                 .breaks
                 .iter()
@@ -84,6 +92,8 @@ pub fn metrics() -> Metrics {
         kernel_fallbacks: c.kernel_fallbacks.load(Relaxed),
         attention_kernels: c.attention_kernels.load(Relaxed),
         vectorized_kernels: c.vectorized_kernels.load(Relaxed),
+        kernel_builds: c.kernel_builds.load(Relaxed),
+        kernel_build_time: Duration::from_nanos(c.kernel_build_nanos.load(Relaxed)),
         breaks: BreakReason::ALL
             .iter()
             .zip(c.breaks.iter())

@@ -5,9 +5,11 @@
 //! iteration shape and its inputs' strides — constants of the source, so the C compiler sees
 //! array walks it can unroll and vectorize — laid out as rows × columns (the last dimension):
 //!
-//! - rows run in parallel (an OpenMP `parallel for`) when the kernel has enough elements to
-//!   repay waking the threads ([`PARALLEL_ELEMENTS`]); a pointwise kernel with few rows splits
-//!   its columns instead;
+//! - a function computes a range of tasks, `[begin, end)`: rows, or, for a large pointwise
+//!   kernel with few rows, blocks of a row's columns ([`COLUMN_BLOCK`]). The caller splits the
+//!   tasks among its threads when the kernel has enough elements to repay it
+//!   ([`PARALLEL_ELEMENTS`]): the threads are the host's (Flex's rayon pool), so the C code has
+//!   no threading runtime of its own to contend with them;
 //! - each reduction over the row is one `omp simd` loop over the columns with its accumulator;
 //!   reductions that need nothing from each other share one loop (a layer norm's two means do
 //!   not: the variance needs the mean);
@@ -18,9 +20,13 @@
 //!
 //! Every kernel of a graph goes into one translation unit ([`c_unit`]), built once into a
 //! shared object. The ABI of a kernel function is
-//! `void name(const void *const *in, void *const *out, const double *scalars)`: inputs and
-//! outputs in kernel order (outputs contiguous, a row output one value per row), scalars as
-//! doubles, converted once per call.
+//! `void name(const void *const *in, void *const *out, const double *s, int64_t begin, int64_t end)`:
+//! inputs and outputs in kernel order (outputs contiguous, a row output one value per row),
+//! scalars as doubles, converted once per call, and the tasks to compute.
+//!
+//! f32 and f64 compute in their own type; f16 and bf16 are stored as such and computed in
+//! float (`_Float16` conversions; bf16 by its bits, rounded to nearest even), rounded once at
+//! the store.
 
 use burn_backend::DType;
 use burn_compile_schedule::{BinaryOp, Constant, Instr, PointwiseKernel, ReduceOp, UnaryOp};
@@ -34,10 +40,24 @@ pub const PARALLEL_ELEMENTS: usize = 1 << 15;
 /// threads rather than its rows (which would leave threads idle).
 pub const SPLIT_COLUMNS_BELOW_ROWS: usize = 16;
 
+/// Columns of one task of a kernel that splits its columns.
+pub const COLUMN_BLOCK: usize = 8192;
+
+/// One generated C function and how to call it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CFunction {
+    /// Its C source (one function; [`c_unit`] puts a graph's together).
+    pub source: String,
+    /// The tasks it computes: `begin..end` within `0..tasks`.
+    pub tasks: usize,
+    /// Whether the kernel is large enough to split its tasks among threads.
+    pub parallel: bool,
+}
+
 /// Why a kernel has no C code.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CodegenError {
-    /// An element type with no C arithmetic here (half types run on the inner backend).
+    /// An element type with no C arithmetic here (not a float).
     Dtype(DType),
     /// A layout that does not match the kernel (wrong rank or input count).
     Layout(String),
@@ -54,23 +74,38 @@ impl std::fmt::Display for CodegenError {
 
 impl std::error::Error for CodegenError {}
 
-/// The C element type of a kernel and the suffix of its `math.h` functions.
+/// The C types of a kernel: how its elements are stored, and computed.
 struct Ctype {
+    /// The type of the buffers' elements.
+    storage: &'static str,
+    /// The type arithmetic runs in (`float` for the half types).
     name: &'static str,
     /// `f` for float (`expf`), empty for double.
     suffix: &'static str,
+    /// bf16: stored as `uint16_t` bits, converted by the unit's helpers.
+    bf16: bool,
 }
 
 impl Ctype {
     fn of(dtype: DType) -> Result<Ctype, CodegenError> {
+        let float = |storage| Ctype {
+            storage,
+            name: "float",
+            suffix: "f",
+            bf16: false,
+        };
         match dtype {
-            DType::F32 | DType::Flex32 => Ok(Ctype {
-                name: "float",
-                suffix: "f",
+            DType::F32 | DType::Flex32 => Ok(float("float")),
+            DType::F16 => Ok(float("_Float16")),
+            DType::BF16 => Ok(Ctype {
+                bf16: true,
+                ..float("uint16_t")
             }),
             DType::F64 => Ok(Ctype {
+                storage: "double",
                 name: "double",
                 suffix: "",
+                bf16: false,
             }),
             other => Err(CodegenError::Dtype(other)),
         }
@@ -87,6 +122,28 @@ impl Ctype {
 
     fn call(&self, f: &str, args: &str) -> String {
         format!("{f}{}({args})", self.suffix)
+    }
+
+    /// An element read from storage, as the compute type.
+    fn load(&self, element: String) -> String {
+        if self.bf16 {
+            format!("bf16_load({element})")
+        } else if self.storage != self.name {
+            format!("({}){element}", self.name)
+        } else {
+            element
+        }
+    }
+
+    /// A computed value, as the storage type.
+    fn store(&self, value: String) -> String {
+        if self.bf16 {
+            format!("bf16_store({value})")
+        } else if self.storage != self.name {
+            format!("({}){value}", self.storage)
+        } else {
+            value
+        }
     }
 }
 
@@ -210,7 +267,7 @@ pub fn c_function(
     kernel: &PointwiseKernel,
     shape: &[usize],
     strides: &[Vec<isize>],
-) -> Result<String, CodegenError> {
+) -> Result<CFunction, CodegenError> {
     let t = Ctype::of(kernel.dtype)?;
     let rank = shape.len();
     if rank != kernel.rank as usize {
@@ -246,14 +303,14 @@ pub fn c_function(
     };
     let load = |input: u16| {
         let i = input as usize;
-        if row_broadcast[i] {
+        t.load(if row_broadcast[i] {
             format!("in{i}[o{i}]")
         } else {
             match stride(i, rank - 1) {
                 1 => format!("in{i}[o{i} + c]"),
                 s => format!("in{i}[o{i} + c * {s}]"),
             }
-        }
+        })
     };
     let define = |out: &mut String, indent: &str, r: usize| {
         let instr = &kernel.program[st.instr_of[r]];
@@ -279,30 +336,42 @@ pub fn c_function(
     );
     let _ = writeln!(
         c,
-        "void {name}(const void *const *in, void *const *out, const double *s) {{"
+        "void {name}(const void *const *in, void *const *out, const double *s, int64_t begin, int64_t end) {{"
     );
     for i in 0..kernel.inputs.len() {
         let _ = writeln!(
             c,
             "    const {ty} *restrict in{i} = (const {ty} *)in[{i}];",
-            ty = t.name
+            ty = t.storage
         );
     }
     for o in 0..kernel.outputs as usize {
         let _ = writeln!(
             c,
             "    {ty} *restrict out{o} = ({ty} *)out[{o}];",
-            ty = t.name
+            ty = t.storage
         );
     }
     // Large kernels run on all threads: by rows, or — a pointwise kernel with few rows (a
-    // rank-1 tensor is one row) — by columns within each row.
+    // rank-1 tensor is one row) — by blocks of columns within each row.
     let large = rows * cols >= PARALLEL_ELEMENTS;
     let split_columns = large && kernel.row.is_none() && rows < SPLIT_COLUMNS_BELOW_ROWS;
-    if large && !split_columns && rows > 1 {
-        let _ = writeln!(c, "    #pragma omp parallel for schedule(static)");
-    }
-    let _ = writeln!(c, "    for (int64_t row = 0; row < {rows}; row++) {{");
+    let blocks = cols.div_ceil(COLUMN_BLOCK);
+    let (tasks, first, past) = if split_columns {
+        let _ = writeln!(c, "    for (int64_t task = begin; task < end; task++) {{");
+        let _ = writeln!(
+            c,
+            "        const int64_t row = task / {blocks}, c0 = task % {blocks} * {COLUMN_BLOCK};"
+        );
+        let _ = writeln!(
+            c,
+            "        const int64_t c1 = c0 + {COLUMN_BLOCK} < {cols} ? c0 + {COLUMN_BLOCK} : {cols};"
+        );
+        (rows * blocks, "c0".to_string(), "c1".to_string())
+    } else {
+        let _ = writeln!(c, "    for (int64_t row = begin; row < end; row++) {{");
+        (rows, "0".to_string(), cols.to_string())
+    };
     // Each input's offset at the start of the row: the row index split into coordinates.
     let offsets: Vec<String> = (0..kernel.inputs.len())
         .map(|i| format!("o{i} = 0"))
@@ -395,40 +464,65 @@ pub fn c_function(
         .filter(|(o, _)| !row_outputs[*o])
         .collect();
     if !full.is_empty() {
-        let pragma = if split_columns {
-            "omp parallel for simd schedule(static)"
-        } else {
-            "omp simd"
-        };
-        let _ = writeln!(c, "{ind}#pragma {pragma}");
-        let _ = writeln!(c, "{ind}for (int64_t c = 0; c < {cols}; c++) {{");
+        let _ = writeln!(c, "{ind}#pragma omp simd");
+        let _ = writeln!(c, "{ind}for (int64_t c = {first}; c < {past}; c++) {{");
         let values: Vec<usize> = full.iter().map(|(_, v)| *v).collect();
         for r in column_closure(kernel, &st, &values) {
             define(&mut c, ind2, r);
         }
         for (o, v) in &full {
-            let _ = writeln!(c, "{ind2}out{o}[row * {cols} + c] = r{v};");
+            let value = t.store(format!("r{v}"));
+            let _ = writeln!(c, "{ind2}out{o}[row * {cols} + c] = {value};");
         }
         let _ = writeln!(c, "{ind}}}");
     }
     for (o, v) in stores.iter().filter(|(o, _)| row_outputs[*o]) {
-        let _ = writeln!(c, "{ind}out{o}[row] = r{v};");
+        let value = t.store(format!("r{v}"));
+        let _ = writeln!(c, "{ind}out{o}[row] = {value};");
     }
     let _ = writeln!(c, "    }}");
     let _ = writeln!(c, "}}");
-    Ok(c)
+    Ok(CFunction {
+        source: c,
+        tasks,
+        parallel: large && tasks > 1,
+    })
 }
 
+/// bf16 from and to its bits: the upper half of an f32; stored rounded to nearest even, a NaN
+/// kept a (quiet) NaN.
+const BF16_HELPERS: &str = "\
+static inline float bf16_load(uint16_t v) {
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t bf16_store(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+";
+
 /// One translation unit holding `functions` (from [`c_function`]), with what they include.
-pub fn c_unit(functions: &[String]) -> String {
+pub fn c_unit(functions: &[CFunction]) -> String {
     let mut unit = String::from(
         "/* Generated by burn-compile: the fused kernels of one graph. */\n\
          #include <math.h>\n\
-         #include <stdint.h>\n",
+         #include <stdint.h>\n\
+         #include <string.h>\n",
     );
+    if functions.iter().any(|f| f.source.contains("bf16_")) {
+        unit.push('\n');
+        unit.push_str(BF16_HELPERS);
+    }
     for f in functions {
         unit.push('\n');
-        unit.push_str(f);
+        unit.push_str(&f.source);
     }
     unit
 }

@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A generated kernel as the shared object exports it.
-pub type KernelFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void, *const f64);
+/// A generated kernel as the shared object exports it: inputs, outputs, scalars, and the range
+/// of tasks to compute (see `CFunction`).
+pub type KernelFn =
+    unsafe extern "C" fn(*const *const c_void, *const *mut c_void, *const f64, i64, i64);
 
 /// Why a unit could not be built or loaded.
 #[derive(Debug)]
@@ -52,8 +54,9 @@ pub struct Toolchain {
 
 impl Toolchain {
     /// Optimized for this machine, vectorizable without changing results (`-fno-math-errno`
-    /// only lets `sqrt` be an instruction), parallel with OpenMP.
-    pub const DEFAULT_FLAGS: &'static str = "-O3 -march=native -fopenmp -fno-math-errno";
+    /// only lets `sqrt` be an instruction). `-fopenmp-simd` reads the `omp simd` pragmas (a
+    /// reduction loop may be vectorized) without OpenMP's runtime: threads are the caller's.
+    pub const DEFAULT_FLAGS: &'static str = "-O3 -march=native -fopenmp-simd -fno-math-errno";
 
     /// `compiler` (default: `$CC`, else `cc`) with `flags` (default: [`Self::DEFAULT_FLAGS`]),
     /// if it runs.
@@ -147,7 +150,7 @@ impl Toolchain {
         let library = unsafe { libloading::Library::new(&object) }
             .map_err(|e| BuildError::Load(e.to_string()))?;
         Ok(Unit {
-            library: std::mem::ManuallyDrop::new(library),
+            library,
             path: object,
             cached,
             build_time: start.elapsed(),
@@ -155,11 +158,11 @@ impl Toolchain {
     }
 }
 
-/// A loaded shared object of generated kernels. It is never unloaded, also when dropped: its
-/// OpenMP worker threads run in libgomp, which was loaded with it and would be unloaded with it
-/// under them (a crash seen in this crate's tests); the kernels of a process are few and small.
+/// A loaded shared object of generated kernels, unloaded when dropped: whoever calls its
+/// kernels keeps it alive. (It links no threading runtime — threads are the caller's — so
+/// nothing of it outlives a call.)
 pub struct Unit {
-    library: std::mem::ManuallyDrop<libloading::Library>,
+    library: libloading::Library,
     pub path: PathBuf,
     /// Found in the cache (not compiled by this call).
     pub cached: bool,

@@ -7,7 +7,10 @@
 
 mod support;
 
-use burn_compile_codegen_c::{PARALLEL_ELEMENTS, Toolchain, c_function, c_unit};
+use burn_backend::DType;
+use burn_compile_codegen_c::{
+    CFunction, KernelFn, PARALLEL_ELEMENTS, Toolchain, c_function, c_unit,
+};
 use burn_compile_schedule::{PointwiseKernel, UnaryOp};
 use std::ffi::c_void;
 use support::reference::{Input, contiguous, reference, row_reference};
@@ -220,10 +223,32 @@ fn signed(strides: &[usize]) -> Vec<isize> {
     strides.iter().map(|s| *s as isize).collect()
 }
 
+/// Calls `f` over all of `cf`'s tasks in three uneven ranges, as threads would split them
+/// (each range must compute exactly its tasks).
+///
+/// # Safety
+/// The buffers have the lengths the kernel was generated for.
+unsafe fn run(
+    f: KernelFn,
+    cf: &CFunction,
+    ins: &[*const c_void],
+    outs: &[*mut c_void],
+    scalars: &[f64],
+) {
+    let n = cf.tasks as i64;
+    let cuts = [0, n / 3, n / 3 + (n - n / 3) / 2 + 1, n];
+    for w in cuts.windows(2) {
+        let (begin, end) = (w[0].min(n), w[1].min(n));
+        if begin < end {
+            unsafe { f(ins.as_ptr(), outs.as_ptr(), scalars.as_ptr(), begin, end) };
+        }
+    }
+}
+
 #[test]
 fn generated_c_kernels_match_the_reference() {
     let cases = cases();
-    let functions: Vec<String> = cases
+    let functions: Vec<CFunction> = cases
         .iter()
         .enumerate()
         .map(|(i, c)| {
@@ -252,7 +277,7 @@ fn generated_c_kernels_match_the_reference() {
         let outs: Vec<*mut c_void> = outputs.iter_mut().map(|o| o.as_mut_ptr().cast()).collect();
         let scalars: Vec<f64> = c.scalars.iter().map(|s| *s as f64).collect();
         // SAFETY: the buffers have the lengths the kernel was generated for.
-        unsafe { f(ins.as_ptr(), outs.as_ptr(), scalars.as_ptr()) };
+        unsafe { run(f, &functions[i], &ins, &outs, &scalars) };
         let want = match c.kernel.row {
             Some(_) => row_reference(&c.kernel, &c.inputs, &c.scalars),
             None => reference(&c.kernel, &c.shape, &c.inputs, &c.scalars),
@@ -308,20 +333,128 @@ fn a_flipped_input_is_read_backwards() {
         contiguous(&[6, 10], 81, -1.0, 1.0),
         contiguous(&[6, 10], 82, -1.0, 1.0),
     );
-    let source = c_function("flipped", &sub, &[6, 10], &[vec![-10, -1], vec![10, 1]]).unwrap();
+    let cf = c_function("flipped", &sub, &[6, 10], &[vec![-10, -1], vec![10, 1]]).unwrap();
     let toolchain = Toolchain::new(None, None).expect("a C compiler");
     let dir = std::env::temp_dir().join(format!("burn-compile-c-flip-{}", std::process::id()));
-    let unit = toolchain.build(&c_unit(&[source]), &dir).expect("builds");
+    let unit = toolchain
+        .build(&c_unit(std::slice::from_ref(&cf)), &dir)
+        .expect("builds");
     let f = unit.kernel("flipped").unwrap();
     let mut out = vec![f32::NAN; 60];
     // The view's first element is the buffer's last.
     let ins: [*const c_void; 2] = [b.data[59..].as_ptr().cast(), y.data.as_ptr().cast()];
     let outs: [*mut c_void; 1] = [out.as_mut_ptr().cast()];
     // SAFETY: every offset the kernel forms stays inside the two 60-element buffers.
-    unsafe { f(ins.as_ptr(), outs.as_ptr(), std::ptr::null()) };
+    unsafe { run(f, &cf, &ins, &outs, &[]) };
     for (i, got) in out.iter().enumerate() {
         let want = b.data[59 - i] - y.data[i];
         assert_eq!(*got, want, "element {i}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The half types: stored as f16 / bf16, computed in float, rounded once at the store. The
+/// inputs are rounded to the type first, so the reference sees what the kernel reads; the
+/// tolerance is the type's rounding of the result (f16: 11 bits, bf16: 8 bits of mantissa).
+#[test]
+fn half_type_kernels_store_their_type_and_match_the_reference() {
+    let toolchain = Toolchain::new(None, None).expect("a C compiler");
+    let dir = std::env::temp_dir().join(format!("burn-compile-c-half-{}", std::process::id()));
+    let with_dtype = |mut k: PointwiseKernel, dtype| {
+        k.dtype = dtype;
+        k
+    };
+    for (dtype, rel) in [(DType::F16, 2e-3), (DType::BF16, 1.6e-2)] {
+        let to_half = |x: f32| -> u16 {
+            match dtype {
+                DType::F16 => half::f16::from_f32(x).to_bits(),
+                _ => half::bf16::from_f32(x).to_bits(),
+            }
+        };
+        let from_half = |b: u16| -> f32 {
+            match dtype {
+                DType::F16 => half::f16::from_bits(b).to_f32(),
+                _ => half::bf16::from_bits(b).to_f32(),
+            }
+        };
+        let cases = [
+            case(
+                "bias_gelu",
+                with_dtype(support::bias_activation(UnaryOp::Gelu), dtype),
+                &[40, 33],
+                vec![
+                    contiguous(&[40, 33], 101, -2.0, 2.0),
+                    contiguous(&[1, 33], 102, -0.5, 0.5),
+                ],
+                &[],
+            ),
+            case(
+                "layer_norm",
+                with_dtype(support::layer_norm(7, 200), dtype),
+                &[7, 200],
+                vec![
+                    contiguous(&[7, 200], 103, -2.0, 2.0),
+                    contiguous(&[1, 200], 104, 0.5, 1.5),
+                    contiguous(&[1, 200], 105, -0.5, 0.5),
+                ],
+                &[1e-5],
+            ),
+            case(
+                "softmax",
+                with_dtype(support::softmax_rows([2, 5, 64]), dtype),
+                &[2, 5, 64],
+                vec![contiguous(&[2, 5, 64], 106, -4.0, 4.0)],
+                &[],
+            ),
+        ];
+        let functions: Vec<CFunction> = cases
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let strides: Vec<Vec<isize>> =
+                    c.inputs.iter().map(|x| signed(&x.strides)).collect();
+                c_function(&format!("k{i}"), &c.kernel, &c.shape, &strides).expect(&c.name)
+            })
+            .collect();
+        let unit = toolchain
+            .build(&c_unit(&functions), &dir)
+            .expect("the unit builds");
+        for (i, c) in cases.iter().enumerate() {
+            // What the kernel reads: the inputs rounded to the type.
+            let inputs: Vec<Input> = c
+                .inputs
+                .iter()
+                .map(|x| Input {
+                    data: x.data.iter().map(|v| from_half(to_half(*v))).collect(),
+                    shape: x.shape.clone(),
+                    strides: x.strides.clone(),
+                })
+                .collect();
+            let bits: Vec<Vec<u16>> = inputs
+                .iter()
+                .map(|x| x.data.iter().map(|v| to_half(*v)).collect())
+                .collect();
+            let n: usize = c.shape.iter().product();
+            let mut out = vec![0u16; n];
+            let ins: Vec<*const c_void> = bits.iter().map(|b| b.as_ptr().cast()).collect();
+            let outs = [out.as_mut_ptr().cast::<c_void>()];
+            let scalars: Vec<f64> = c.scalars.iter().map(|s| *s as f64).collect();
+            let f = unit.kernel(&format!("k{i}")).expect("exported");
+            // SAFETY: the buffers have the lengths the kernel was generated for.
+            unsafe { run(f, &functions[i], &ins, &outs, &scalars) };
+            let want = match c.kernel.row {
+                Some(_) => row_reference(&c.kernel, &inputs, &c.scalars),
+                None => reference(&c.kernel, &c.shape, &inputs, &c.scalars),
+            };
+            for (j, (g, w)) in out.iter().zip(&want[0]).enumerate() {
+                let g = from_half(*g) as f64;
+                assert!(
+                    (g - w).abs() <= 1e-3 + rel * w.abs(),
+                    "{dtype:?} {}: [{j}] = {g}, expected {w}",
+                    c.name
+                );
+            }
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

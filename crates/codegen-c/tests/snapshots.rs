@@ -16,7 +16,9 @@ fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
 }
 
 fn source(k: &PointwiseKernel, shape: &[usize], strides: Vec<Vec<isize>>) -> String {
-    c_function("kernel", k, shape, &strides).expect("C source")
+    c_function("kernel", k, shape, &strides)
+        .expect("C source")
+        .source
 }
 
 fn snapshot(name: &str, k: &PointwiseKernel) {
@@ -59,12 +61,14 @@ fn c_pointwise_transposed_input() {
     });
 }
 
-/// A large rank-1 kernel (one row): its columns are split among the threads.
+/// A large rank-1 kernel (one row): its tasks are blocks of its columns, for the threads.
 #[test]
 fn c_pointwise_columns_split() {
     let k = support::unary(burn_compile_schedule::UnaryOp::Gelu);
-    let c = source(&k, &[1 << 16], vec![vec![1]]);
-    assert!(c.contains("#pragma omp parallel for simd"), "{c}");
+    let f = c_function("kernel", &k, &[1 << 16], &[vec![1]]).expect("C source");
+    assert_eq!(f.tasks, (1 << 16) / burn_compile_codegen_c::COLUMN_BLOCK);
+    assert!(f.parallel);
+    let c = f.source;
     insta::with_settings!({ snapshot_path => "../../../snapshots/codegen" }, {
         insta::assert_snapshot!("pointwise_columns_split.c", c);
     });
@@ -97,10 +101,35 @@ fn c_row_log_softmax() {
     snapshot("row_log_softmax", &support::log_softmax_rows([32, 8, 128]));
 }
 
+/// Half types: stored as such, computed in float, converted at the loads and the store (bf16
+/// by its bits, with the unit's helpers).
 #[test]
-fn half_types_have_no_c_kernel() {
+fn c_half_types() {
+    for (dtype, name) in [
+        (burn_backend::DType::F16, "pointwise_bias_gelu_f16"),
+        (burn_backend::DType::BF16, "row_layer_norm_bf16"),
+    ] {
+        let mut k = match dtype {
+            burn_backend::DType::F16 => {
+                support::bias_activation(burn_compile_schedule::UnaryOp::Gelu)
+            }
+            _ => support::layer_norm(64, 256),
+        };
+        k.dtype = dtype;
+        let shape = support::snapshot_shape(&k);
+        let strides = vec![contiguous_strides(&shape); k.inputs.len()];
+        let f = c_function("kernel", &k, &shape, &strides).expect("C source");
+        let unit = burn_compile_codegen_c::c_unit(&[f]);
+        insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => format!("{k:?} over {shape:?}") }, {
+            insta::assert_snapshot!(format!("{name}.c"), unit);
+        });
+    }
+}
+
+#[test]
+fn integer_kernels_have_no_c_kernel() {
     let mut k = support::chain();
-    k.dtype = burn_backend::DType::BF16;
+    k.dtype = burn_backend::DType::I32;
     let err = c_function("kernel", &k, &[64, 128], &[vec![128, 1]]).unwrap_err();
-    assert_eq!(err.to_string(), "no C kernels for BF16");
+    assert_eq!(err.to_string(), "no C kernels for I32");
 }

@@ -433,6 +433,7 @@ impl<B: BackendIr> Shared<B> {
             },
         );
         self.executor.submit(
+            key,
             ops,
             plan,
             thread,
@@ -485,6 +486,9 @@ pub(crate) trait AnyClient: Send + Sync {
     fn thread_exited(&self, thread: ThreadId);
     /// Error waiting for the calling thread, if any.
     fn take_pending_error(&self) -> Option<String>;
+    /// Waits until every closed graph of the device has run (a panic of one the calling
+    /// thread recorded is raised here, as at a sync).
+    fn wait_idle(&self);
 }
 
 impl<B: BackendIr> AnyClient for Shared<B> {
@@ -509,6 +513,10 @@ impl<B: BackendIr> AnyClient for Shared<B> {
         let mut state = lock(&self.state);
         let stream = state.streams.get_mut(&current_thread())?;
         stream.pending_error.take()
+    }
+
+    fn wait_idle(&self) {
+        self.executor.wait();
     }
 }
 

@@ -142,6 +142,7 @@ impl PlanCache {
             },
             region_end: false,
             listing,
+            kernel_build: None,
         };
         (plan, record)
     }
@@ -159,8 +160,12 @@ impl PlanCache {
 /// inside a fused kernel, and are dropped unexecuted.
 /// Ops are read in place, never moved: they are large (616 bytes) and were written by the
 /// recording thread, so every byte copied here is a cache miss on the execution thread.
+///
+/// A target that builds kernels for the layouts it first met in this replay (the CPU target's
+/// C unit) builds them at its end: graph `key`'s kernels, all in one build.
 pub(crate) fn execute<B: BackendIr>(
     inner: &InnerDevice<B>,
+    key: GraphKey,
     mut ops: Vec<OperationIr>,
     plan: &Plan,
 ) -> Vec<OperationIr> {
@@ -214,6 +219,9 @@ pub(crate) fn execute<B: BackendIr>(
             };
             super::profile::record(&label, elapsed);
         }
+    }
+    if !plan.pointwise.is_empty() {
+        inner.finish_replay(key);
     }
     ops.clear();
     ops

@@ -25,6 +25,7 @@
 //! With `CompileConfig::async_execution` off, graphs run on the calling thread instead.
 
 use super::{InnerDevice, execute};
+use burn_compile_graph::GraphKey;
 use burn_compile_schedule::Plan;
 use burn_ir::{BackendIr, OperationIr};
 use burn_std::stream_id::StreamId;
@@ -35,6 +36,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 struct Job {
+    /// The graph's cache key (what a kernel build at its end is reported under).
+    key: GraphKey,
     ops: Vec<OperationIr>,
     plan: Arc<Plan>,
     /// The thread that recorded the graph.
@@ -71,6 +74,7 @@ pub(crate) static RAN_ON: Mutex<Vec<(ThreadId, StreamId)>> = Mutex::new(Vec::new
 fn run_on<B: BackendIr>(
     stream: StreamId,
     inner: &InnerDevice<B>,
+    key: GraphKey,
     ops: Vec<OperationIr>,
     plan: &Plan,
 ) -> Vec<OperationIr> {
@@ -80,7 +84,7 @@ fn run_on<B: BackendIr>(
             .lock()
             .unwrap()
             .push((std::thread::current().id(), StreamId::current()));
-        execute(inner, ops, plan)
+        execute(inner, key, ops, plan)
     })
 }
 
@@ -104,10 +108,11 @@ impl<B: BackendIr> Executor<B> {
         }
     }
 
-    /// Runs `plan` over `ops`, recorded by thread `owner` whose inner stream is `stream`: queued
-    /// to the worker when `asynchronous`, else now (after the queued graphs).
+    /// Runs `plan` over `ops` (graph `key`), recorded by thread `owner` whose inner stream is
+    /// `stream`: queued to the worker when `asynchronous`, else now (after the queued graphs).
     pub fn submit(
         &self,
+        key: GraphKey,
         ops: Vec<OperationIr>,
         plan: Arc<Plan>,
         owner: ThreadId,
@@ -117,7 +122,7 @@ impl<B: BackendIr> Executor<B> {
         if !asynchronous {
             self.wait();
             let inner = &self.inner;
-            let spent = inner.on_device_thread(|| run_on(stream, inner, ops, &plan));
+            let spent = inner.on_device_thread(|| run_on(stream, inner, key, ops, &plan));
             lock(&self.shared.progress).spent.push(spent);
             return;
         }
@@ -127,6 +132,7 @@ impl<B: BackendIr> Executor<B> {
         // The worker catches every panic of a graph, so it lives as long as its queue.
         sender
             .send(Job {
+                key,
                 ops,
                 plan,
                 owner,
@@ -153,7 +159,9 @@ impl<B: BackendIr> Executor<B> {
                     } else {
                         catch_unwind(AssertUnwindSafe(|| {
                             let (ops, plan) = (job.ops, &job.plan);
-                            Some(inner.on_device_thread(|| run_on(job.stream, &inner, ops, plan)))
+                            Some(inner.on_device_thread(|| {
+                                run_on(job.stream, &inner, job.key, ops, plan)
+                            }))
                         }))
                     };
                     let mut progress = lock(&shared.progress);

@@ -26,6 +26,8 @@ pub(crate) struct InnerDevice<B: BackendIr> {
     kernels: Option<Arc<dyn KernelTarget<B::FloatTensorPrimitive>>>,
     /// Kernels that failed: their groups run op by op from then on.
     failed: Mutex<FxHashSet<PointwiseKernel>>,
+    /// Why kernel builds failed, each warned about once.
+    build_failures: Mutex<FxHashSet<String>>,
     /// `CompileConfig::strict` and `inject_kernel_failure` of the device, as last read.
     strict: AtomicBool,
     inject_failure: AtomicBool,
@@ -64,6 +66,7 @@ impl<B: BackendIr> InnerDevice<B> {
             handles: Mutex::new(HandleContainer::new()),
             kernels,
             failed: Mutex::new(FxHashSet::default()),
+            build_failures: Mutex::new(FxHashSet::default()),
             strict: AtomicBool::new(false),
             inject_failure: AtomicBool::new(false),
             attention_autotune: AtomicBool::new(true),
@@ -85,6 +88,34 @@ impl<B: BackendIr> InnerDevice<B> {
         self.device_thread
             .store(config.replay_on_device_thread, Ordering::Relaxed);
         self.vectorize.store(config.vectorize, Ordering::Relaxed);
+        if let Some(target) = &self.kernels {
+            target.configure(config);
+        }
+    }
+
+    /// The end of a replay of graph `key`: the kernels the target met for the first time in it
+    /// are built (all in one build: the CPU target's C unit) and reported. A failed build is a
+    /// warning (once per distinct failure; the kernels' ops keep running on the inner backend),
+    /// an error when strict.
+    pub fn finish_replay(&self, key: burn_compile_graph::GraphKey) {
+        let Some(build) = self.kernels.as_deref().and_then(|t| t.finish_replay()) else {
+            return;
+        };
+        if let Some(error) = &build.error {
+            let strict = self.strict.load(Ordering::Relaxed);
+            let summary = format!("{} kernel(s) of graph {key}", build.kernels);
+            let message = failure("a build of generated kernels", error, strict, &summary);
+            let first = self
+                .build_failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(error.clone());
+            if first {
+                tracing::warn!(target: "burn_compile::output_code", "{message}");
+            }
+            crate::diagnostics::kernel_fallback();
+        }
+        crate::diagnostics::kernels_built(key, build);
     }
 
     /// Runs `f` (a plan's replay) on the inner backend's device thread when it has one and
@@ -123,7 +154,9 @@ impl<B: BackendIr> InnerDevice<B> {
     /// Runs a fused group: its kernel (output `o` written into the slot buffer `into[o]` when
     /// the memory plan gives one), or, when the kernel cannot be compiled or launched, its
     /// operations one by one on the inner backend (after a warning; an error when strict; their
-    /// outputs allocated on their own).
+    /// outputs allocated on their own). A kernel the target has not built yet for these layouts
+    /// (built at the end of the replay) or whose build failed (warned then) also runs its
+    /// operations, silently.
     pub fn fused(
         &self,
         ops: &[OperationIr],
@@ -139,7 +172,11 @@ impl<B: BackendIr> InnerDevice<B> {
             "it failed before on this device".to_string()
         } else {
             match self.pointwise(ops, group, into) {
-                Ok(()) => return,
+                Ok(true) => return,
+                Ok(false) => {
+                    self.run_ops(ops, group);
+                    return;
+                }
                 Err(e) => e,
             }
         };
@@ -153,6 +190,11 @@ impl<B: BackendIr> InnerDevice<B> {
                 .insert(group.kernel.clone());
         }
         crate::diagnostics::kernel_fallback();
+        self.run_ops(ops, group);
+    }
+
+    /// Runs a fused group's operations one by one on the inner backend, in program order.
+    fn run_ops(&self, ops: &[OperationIr], group: &PointwiseGroup) {
         let mut positions: Vec<u32> = group.ops.iter().chain(&group.drops).copied().collect();
         positions.sort_unstable();
         for p in positions {
@@ -393,13 +435,14 @@ impl<B: BackendIr> InnerDevice<B> {
 
     /// Runs a fused group's kernel in place of its operations (`ops` is the graph it was
     /// scheduled from), then frees what the operations would have freed: inputs consumed in
-    /// the group and tensors dropped inside it. On failure nothing has changed.
+    /// the group and tensors dropped inside it. `Ok(false)`: the target has no kernel for these
+    /// layouts yet (or its build failed); on that and on failure nothing has changed.
     fn pointwise(
         &self,
         ops: &[OperationIr],
         group: &PointwiseGroup,
         into: &[Option<&B::FloatTensorPrimitive>],
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let target = self
             .kernels
             .as_deref()
@@ -432,14 +475,17 @@ impl<B: BackendIr> InnerDevice<B> {
             return Err("failure injected (inject_kernel_failure)".into());
         }
         let vectorize = self.vectorize.load(Ordering::Relaxed);
-        let outputs = target.pointwise(
+        let Some(outputs) = target.pointwise(
             &group.kernel,
             &group.shape,
             &inputs,
             &scalars,
             into,
             vectorize,
-        )?;
+        )?
+        else {
+            return Ok(false);
+        };
         drop(inputs);
         for (slot, out) in group.outputs.iter().zip(outputs) {
             handles.register_handle(output(slot).id, B::float_tensor_handle(out));
@@ -455,7 +501,7 @@ impl<B: BackendIr> InnerDevice<B> {
                 handles.remove_handle(t.id);
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The handle container. A panic of the inner backend while it was held leaves it in a

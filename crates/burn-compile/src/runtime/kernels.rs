@@ -2,9 +2,10 @@
 //!
 //! A plan's fused steps need a target that launches generated kernels on the inner backend's
 //! float tensors: a CubeCL backend (`CubeBackend` on wgpu or CUDA, whose tensors are
-//! `CubeTensor`s). Other inner backends (Flex, NdArray, Burn's own `Fusion`) have no target
-//! here, so their plans run every op on the inner backend. The target is found from the float
-//! tensor type, so `Compiled<B>` needs no bound beyond Burn's own.
+//! `CubeTensor`s), or Flex on the CPU (C kernels, [`super::cpu`]). Other inner backends
+//! (NdArray, Burn's own `Fusion`) have no target here, so their plans run every op on the
+//! inner backend. The target is found from the float tensor type, so `Compiled<B>` needs no
+//! bound beyond Burn's own.
 
 #[cfg(feature = "wgpu")]
 use burn_backend::DType;
@@ -42,8 +43,11 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
     /// Runs `kernel` over `shape`: `inputs` in kernel order, `scalars` in kernel order. Returns
     /// the outputs, contiguous (of `shape`, or of its row shape for a row kernel's row
     /// outputs): output `o` in the slot buffer `into[o]` (from [`KernelTarget::slab`]) when
-    /// given, else newly allocated; or why the kernel could not be compiled or launched.
-    /// `vectorize`: vector loads and stores where the buffers allow (else scalar code).
+    /// given, else newly allocated; `Ok(None)` when the target has no kernel for these layouts
+    /// yet (it builds it at the end of the replay, [`KernelTarget::finish_replay`]) or its
+    /// build failed (reported then): the caller runs the operations; or why the kernel could
+    /// not be compiled or launched. `vectorize`: vector loads and stores where the buffers
+    /// allow (else scalar code).
     fn pointwise(
         &self,
         kernel: &PointwiseKernel,
@@ -52,7 +56,16 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
         scalars: &[f64],
         into: &[Option<&T>],
         vectorize: bool,
-    ) -> Result<Vec<T>, String>;
+    ) -> Result<Option<Vec<T>>, String>;
+
+    /// Takes the device's config (the compiler and flags of a target that builds kernels).
+    fn configure(&self, _config: &crate::config::CompileConfig) {}
+
+    /// The end of a replay: builds the kernels met for the first time in it (all in one
+    /// build), if the target defers its builds; `None` when nothing was built.
+    fn finish_replay(&self) -> Option<crate::diagnostics::KernelBuild> {
+        None
+    }
 
     /// Calls `task` once, on the device's own thread where it has one (CubeCL's device
     /// runner: there the runtime's calls made by `task` run directly, not queued as one task
@@ -111,6 +124,10 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
 /// one.
 #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(unused_variables))]
 pub(crate) fn target_for<T: 'static>(device: &dyn Any) -> Option<Arc<dyn KernelTarget<T>>> {
+    #[cfg(feature = "cpu")]
+    if let Some(t) = super::cpu::target::<T>() {
+        return Some(t);
+    }
     #[cfg(feature = "wgpu")]
     if let Some(t) = cube::target::<T, burn_wgpu::WgpuRuntime>(&[DType::F32], device) {
         return Some(t);
@@ -206,7 +223,7 @@ mod cuda {
             scalars: &[f64],
             into: &[Option<&Tensor>],
             vectorize: bool,
-        ) -> Result<Vec<Tensor>, String> {
+        ) -> Result<Option<Vec<Tensor>>, String> {
             self.kernels
                 .pointwise(kernel, shape, inputs, scalars, into, vectorize)
         }
@@ -662,7 +679,7 @@ mod cube {
             scalars: &[f64],
             into: &[Option<&CubeTensor<R>>],
             vectorize: bool,
-        ) -> Result<Vec<CubeTensor<R>>, String> {
+        ) -> Result<Option<Vec<CubeTensor<R>>>, String> {
             let step = if kernel.row.is_some() {
                 "kernel (row)"
             } else {
@@ -692,7 +709,7 @@ mod cube {
                 }))
             });
             launched
-                .map(|_| outputs)
+                .map(|_| Some(outputs))
                 .map_err(|payload| panic_message(payload, "the kernel launch"))
         }
 

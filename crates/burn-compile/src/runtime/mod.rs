@@ -2,6 +2,8 @@
 
 mod activation;
 mod cache;
+#[cfg(feature = "cpu")]
+mod cpu;
 #[cfg(feature = "cuda")]
 mod cublaslt;
 mod executor;

@@ -1,0 +1,394 @@
+//! The CPU kernel target: a graph's fused kernels as C, built by the system compiler, run on
+//! Flex's tensors.
+//!
+//! A C kernel is specialized on its iteration shape and on its inputs' strides (constants of
+//! the source: `burn_compile_codegen_c`), and those strides are only known when the inputs
+//! exist: an input may be a view (transposed, sliced, flipped) made by the inner backend inside
+//! the graph. So a replay that meets a kernel over layouts it has not built yet runs that
+//! kernel's operations on Flex, as eager Burn would, and keeps its C function; at the end of
+//! the replay every such function of the graph is built into one shared object (one compiler
+//! run per graph, or none where the disk cache has it), and the next replays call them. The
+//! first run of a graph is its eager run; a graph whose layouts never change (the usual case)
+//! is built once.
+//!
+//! Kernels run on the caller's threads: a large kernel's tasks (rows, or blocks of a long
+//! row's columns) are split over rayon's global pool, the pool Flex's own ops use, so the two
+//! never compete for the cores.
+//!
+//! Without a C compiler, or when a build fails, the kernels' operations keep running on Flex
+//! (one warning per distinct failure; an error in strict mode: `InnerDevice::finish_replay`).
+
+use super::kernels::KernelTarget;
+use crate::config::CompileConfig;
+use crate::diagnostics::KernelBuild;
+use burn_backend::DType;
+use burn_compile_codegen_c::{CFunction, KernelFn, Toolchain, Unit, c_function, c_unit};
+use burn_compile_schedule::PointwiseKernel;
+use burn_flex::{FlexTensor, Layout};
+use burn_std::{Bytes, Shape};
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+use std::any::{Any, TypeId};
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// What a C function is specialized on: the kernel, its iteration shape, and each input's
+/// strides (0 where it is not walked: a broadcast dimension or one of size 1).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct LayoutKey {
+    kernel: PointwiseKernel,
+    shape: Vec<usize>,
+    strides: Vec<Vec<isize>>,
+}
+
+/// A built kernel.
+struct Built {
+    function: KernelFn,
+    tasks: usize,
+    parallel: bool,
+    /// The shared object holding `function`.
+    _unit: Arc<Unit>,
+}
+
+enum Entry {
+    /// Met in a replay; built at the end of it.
+    Pending,
+    Built(Arc<Built>),
+    /// No C function (its build failed, reported then): the operations run on Flex.
+    Failed,
+}
+
+/// The compiler settings of the device ([`CompileConfig`]'s `c_compiler`, `c_flags`,
+/// `cache_dir`).
+#[derive(Clone, PartialEq, Eq)]
+struct Settings {
+    compiler: Option<String>,
+    flags: Option<String>,
+    cache_dir: PathBuf,
+}
+
+#[derive(Default)]
+struct State {
+    entries: FxHashMap<LayoutKey, Entry>,
+    /// C functions met in the current replay, in order (function `k{i}` of the next unit).
+    pending: Vec<(LayoutKey, CFunction)>,
+    settings: Option<Settings>,
+    /// The toolchain of `settings`, probed at the first build (`Err`: why there is none).
+    toolchain: Option<Result<Toolchain, String>>,
+}
+
+pub(crate) struct CpuTarget {
+    state: Mutex<State>,
+}
+
+/// The CPU target, when `T` is Flex's float tensor.
+pub(crate) fn target<T: 'static>() -> Option<Arc<dyn KernelTarget<T>>> {
+    if TypeId::of::<T>() != TypeId::of::<FlexTensor>() {
+        return None;
+    }
+    let target: Arc<dyn KernelTarget<FlexTensor>> = Arc::new(CpuTarget {
+        state: Mutex::new(State::default()),
+    });
+    // `T` is `FlexTensor`: the downcast is the identity.
+    let any: Box<dyn Any> = Box::new(target);
+    any.downcast::<Arc<dyn KernelTarget<T>>>().ok().map(|t| *t)
+}
+
+impl CpuTarget {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The pointers of one call, shared by the threads that split its tasks.
+struct Call {
+    inputs: Vec<*const c_void>,
+    outputs: Vec<*mut c_void>,
+    scalars: Vec<f64>,
+}
+
+// SAFETY: the pointers are only read by the kernel's tasks, which write disjoint rows (or
+// column blocks) of the outputs; the buffers outlive the call.
+unsafe impl Sync for Call {}
+
+impl Call {
+    /// Runs tasks `begin..end` of `built`.
+    ///
+    /// # Safety
+    /// `built` was generated for this kernel over the shapes and input strides of this call's
+    /// buffers; the outputs have room for every element it writes; the tasks are in range.
+    unsafe fn run(&self, built: &Built, begin: usize, end: usize) {
+        unsafe {
+            (built.function)(
+                self.inputs.as_ptr(),
+                self.outputs.as_ptr(),
+                self.scalars.as_ptr(),
+                begin as i64,
+                end as i64,
+            )
+        }
+    }
+}
+
+/// A newly allocated output: its elements, written by the kernel before they are read.
+enum Output {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    Half(Vec<u16>),
+}
+
+impl Output {
+    fn new(dtype: DType, len: usize) -> Output {
+        match dtype {
+            DType::F64 => Output::F64(Vec::with_capacity(len)),
+            DType::F16 | DType::BF16 => Output::Half(Vec::with_capacity(len)),
+            _ => Output::F32(Vec::with_capacity(len)),
+        }
+    }
+
+    fn pointer(&mut self) -> *mut c_void {
+        match self {
+            Output::F32(v) => v.as_mut_ptr().cast(),
+            Output::F64(v) => v.as_mut_ptr().cast(),
+            Output::Half(v) => v.as_mut_ptr().cast(),
+        }
+    }
+
+    /// The tensor, once the kernel wrote its `len` elements.
+    ///
+    /// # Safety
+    /// All `len` elements were written.
+    unsafe fn into_tensor(self, shape: Shape, dtype: DType) -> FlexTensor {
+        let len = shape.num_elements();
+        let bytes = match self {
+            Output::F32(mut v) => {
+                unsafe { v.set_len(len) };
+                Bytes::from_elems(v)
+            }
+            Output::F64(mut v) => {
+                unsafe { v.set_len(len) };
+                Bytes::from_elems(v)
+            }
+            Output::Half(mut v) => {
+                unsafe { v.set_len(len) };
+                Bytes::from_elems(v)
+            }
+        };
+        FlexTensor::new(bytes, Layout::contiguous(shape), dtype)
+    }
+}
+
+impl KernelTarget<FlexTensor> for CpuTarget {
+    fn accepts(&self, kernel: &PointwiseKernel) -> bool {
+        matches!(
+            kernel.dtype,
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16
+        )
+    }
+
+    fn max_kernel_buffers(&self) -> usize {
+        // A C function takes arrays of pointers: no binding limit.
+        usize::MAX
+    }
+
+    fn configure(&self, config: &CompileConfig) {
+        let settings = Settings {
+            compiler: config.c_compiler.clone(),
+            flags: config.c_flags.clone(),
+            cache_dir: config.kernel_cache_dir(),
+        };
+        let mut state = self.state();
+        if state.settings.as_ref() != Some(&settings) {
+            state.settings = Some(settings);
+            state.toolchain = None;
+        }
+    }
+
+    fn pointwise(
+        &self,
+        kernel: &PointwiseKernel,
+        shape: &Shape,
+        inputs: &[FlexTensor],
+        scalars: &[f64],
+        _into: &[Option<&FlexTensor>],
+        _vectorize: bool,
+    ) -> Result<Option<Vec<FlexTensor>>, String> {
+        let dims = shape.as_slice();
+        let rank = dims.len();
+        let mut strides = Vec::with_capacity(inputs.len());
+        for (i, t) in inputs.iter().enumerate() {
+            let layout = t.layout();
+            if t.dtype() != kernel.dtype || layout.num_dims() != rank {
+                return Err(format!(
+                    "input {i} is {:?} of rank {}, the kernel reads {:?} of rank {rank}",
+                    t.dtype(),
+                    layout.num_dims(),
+                    kernel.dtype
+                ));
+            }
+            let walked = |d: usize| dims[d] > 1 && !kernel.inputs[i][d];
+            strides.push(
+                (0..rank)
+                    .map(|d| if walked(d) { layout.strides()[d] } else { 0 })
+                    .collect::<Vec<isize>>(),
+            );
+        }
+        let key = LayoutKey {
+            kernel: kernel.clone(),
+            shape: dims.to_vec(),
+            strides,
+        };
+        let built = {
+            let mut state = self.state();
+            match state.entries.get(&key) {
+                Some(Entry::Built(built)) => built.clone(),
+                Some(Entry::Pending | Entry::Failed) => return Ok(None),
+                None => {
+                    let name = format!("k{}", state.pending.len());
+                    let function = c_function(&name, kernel, dims, &key.strides);
+                    match function {
+                        Ok(function) => {
+                            state.entries.insert(key.clone(), Entry::Pending);
+                            state.pending.push((key, function));
+                            return Ok(None);
+                        }
+                        Err(e) => {
+                            state.entries.insert(key, Entry::Failed);
+                            return Err(format!("no C function: {e}"));
+                        }
+                    }
+                }
+            }
+        };
+
+        let elem = kernel.dtype.size();
+        let call_inputs = inputs
+            .iter()
+            .map(|t| {
+                // The first element of the view: negative strides walk back from it.
+                let start = t.layout().start_offset() * elem;
+                t.bytes().as_ptr().wrapping_add(start).cast::<c_void>()
+            })
+            .collect();
+        let out_shapes: Vec<Shape> = (0..kernel.outputs as usize)
+            .map(|o| {
+                let mut out = shape.clone();
+                if kernel.row.as_ref().is_some_and(|r| r.row_outputs[o]) {
+                    out[rank - 1] = 1;
+                }
+                out
+            })
+            .collect();
+        let mut outputs: Vec<Output> = out_shapes
+            .iter()
+            .map(|s| Output::new(kernel.dtype, s.num_elements()))
+            .collect();
+        let call = Call {
+            inputs: call_inputs,
+            outputs: outputs.iter_mut().map(Output::pointer).collect(),
+            scalars: scalars.to_vec(),
+        };
+        // SAFETY: the function was generated for this kernel over these shapes and these
+        // inputs' strides (the key), reading each input from its view's first element; the
+        // outputs have room for every element it writes; the ranges split `0..tasks`.
+        let run = |begin: usize, end: usize| unsafe { call.run(&built, begin, end) };
+        let tasks = built.tasks;
+        let threads = rayon::current_num_threads();
+        if built.parallel && threads > 1 {
+            // A few chunks per thread: rows cost alike, but a thread may be late to start.
+            let chunks = (threads * 4).min(tasks);
+            (0..chunks)
+                .into_par_iter()
+                .for_each(|c| run(c * tasks / chunks, (c + 1) * tasks / chunks));
+        } else if tasks > 0 {
+            run(0, tasks);
+        }
+        drop(call);
+        Ok(Some(
+            outputs
+                .into_iter()
+                .zip(out_shapes)
+                // SAFETY: the kernel's tasks wrote every element of every output.
+                .map(|(o, s)| unsafe { o.into_tensor(s, kernel.dtype) })
+                .collect(),
+        ))
+    }
+
+    fn finish_replay(&self) -> Option<KernelBuild> {
+        let (pending, settings, toolchain) = {
+            let mut state = self.state();
+            if state.pending.is_empty() {
+                return None;
+            }
+            let settings = state.settings.clone().unwrap_or_else(|| Settings {
+                compiler: None,
+                flags: None,
+                cache_dir: CompileConfig::default().kernel_cache_dir(),
+            });
+            let toolchain = state
+                .toolchain
+                .get_or_insert_with(|| {
+                    Toolchain::new(settings.compiler.as_deref(), settings.flags.as_deref())
+                        .map_err(|e| e.to_string())
+                })
+                .clone();
+            (std::mem::take(&mut state.pending), settings, toolchain)
+        };
+        let start = Instant::now();
+        let kernels = pending.len();
+        let functions: Vec<CFunction> = pending.iter().map(|(_, f)| f.clone()).collect();
+        tracing::debug!(
+            target: "burn_compile::output_code",
+            "building {kernels} C kernel(s) in {}",
+            settings.cache_dir.display()
+        );
+        let built = toolchain.and_then(|toolchain| {
+            let unit = toolchain
+                .build(&c_unit(&functions), &settings.cache_dir)
+                .map_err(|e| e.to_string())?;
+            let unit = Arc::new(unit);
+            pending
+                .iter()
+                .enumerate()
+                .map(|(i, (_, f))| {
+                    let function = unit.kernel(&format!("k{i}")).map_err(|e| e.to_string())?;
+                    Ok(Arc::new(Built {
+                        function,
+                        tasks: f.tasks,
+                        parallel: f.parallel,
+                        _unit: unit.clone(),
+                    }))
+                })
+                .collect::<Result<Vec<_>, String>>()
+                .map(|built| (unit.cached, built))
+        });
+        let mut state = self.state();
+        let (cached, error) = match built {
+            Ok((cached, built)) => {
+                for ((key, _), built) in pending.into_iter().zip(built) {
+                    state.entries.insert(key, Entry::Built(built));
+                }
+                (cached, None)
+            }
+            Err(error) => {
+                for (key, _) in pending {
+                    state.entries.insert(key, Entry::Failed);
+                }
+                (false, Some(error))
+            }
+        };
+        Some(KernelBuild {
+            kernels,
+            time: start.elapsed(),
+            cached,
+            error,
+        })
+    }
+
+    fn reshape_copy(&self, _input: &FlexTensor, _shape: &Shape) -> Option<FlexTensor> {
+        // Flex copies a reshape that needs it in its own kernel.
+        None
+    }
+}
