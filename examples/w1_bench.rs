@@ -10,12 +10,15 @@
 //! CUDARC_CUDA_VERSION=13000 cargo build --release -p burn-compile-examples --example w1_bench --features cuda-fusion
 //! # Locally, on wgpu (f32; add --small on a CPU Vulkan):
 //! cargo run --release -p burn-compile-examples --example w1_bench --features wgpu -- --small
+//! # On the CPU: Flex eager against Compiled<Flex> (C kernels), at W1-cpu size:
+//! cargo run --release -p burn-compile-examples --example w1_bench -- --cpu
 //! ```
 //!
 //! Flags: `--dtypes f32` or `--dtypes bf16` (one per process: Burn fixes a device's default
 //! float dtype at its first use, so a second dtype in the same process would silently run in
 //! the first one's — the program refuses it), `--iters N` (timed, default 20), `--warmup N` (default 5),
-//! `--small` (a tiny encoder, for smoke tests), `--out FILE` (append the JSON lines there too),
+//! `--small` (a tiny encoder, for smoke tests), `--cpu` (W1-cpu: W1's architecture at d_model 256,
+//! 4 heads, 2 layers, d_ff 1024, batch 8 × seq 64, for `Compiled<Flex>` on a few cores), `--out FILE` (append the JSON lines there too),
 //! `--systems burn-compile` (a subset of this build's systems; no eager comparison without
 //! `burn-eager`), `--infer-only` (skip the training step: e.g. under a kernel profiler).
 //! With `BURN_COMPILE_PROFILE_REPLAY=1` the compiled system also prints its host time per replayed
@@ -87,6 +90,7 @@ struct Options {
     iters: usize,
     warmup: usize,
     small: bool,
+    cpu: bool,
     out: Option<String>,
     /// Systems of this build to run (default: all), e.g. only `burn-compile` under a profiler.
     systems: Option<Vec<String>>,
@@ -100,6 +104,7 @@ fn parse() -> Result<Options, String> {
         iters: 20,
         warmup: 5,
         small: false,
+        cpu: false,
         out: None,
         systems: None,
         infer_only: false,
@@ -113,6 +118,7 @@ fn parse() -> Result<Options, String> {
             "--warmup" => o.warmup = value()?.parse().map_err(|e| format!("--warmup: {e}"))?,
             "--out" => o.out = Some(value()?),
             "--small" => o.small = true,
+            "--cpu" => o.cpu = true,
             "--systems" => o.systems = Some(value()?.split(',').map(String::from).collect()),
             "--infer-only" => o.infer_only = true,
             other => return Err(format!("unknown argument {other:?}")),
@@ -383,17 +389,21 @@ where
 }
 
 fn main() -> ExitCode {
+    burn_compile::init_logs();
     let options = match parse() {
         Ok(o) => o,
         Err(e) => {
             eprintln!(
-                "error: {e}\nusage: w1_bench [--dtypes f32|bf16] [--iters N] [--warmup N] [--small] [--out FILE] [--systems S,…] [--infer-only]"
+                "error: {e}\nusage: w1_bench [--dtypes f32|bf16] [--iters N] [--warmup N] [--small|--cpu] [--out FILE] [--systems S,…] [--infer-only]"
             );
             return ExitCode::from(2);
         }
     };
     let (config, shape) = if options.small {
         (encoder_config(64, 128, 4, 2), [4, 16, 64])
+    } else if options.cpu {
+        // W1's architecture at a size a few CPU cores run in tens of milliseconds.
+        (encoder_config(256, 1024, 4, 2), [8, 64, 256])
     } else {
         (encoder_config(512, 2048, 8, 6), [32, 128, 512])
     };
@@ -405,7 +415,13 @@ fn main() -> ExitCode {
         collect.0
     };
     let setup = Setup {
-        workload: if options.small { "W1-small" } else { "W1" },
+        workload: if options.small {
+            "W1-small"
+        } else if options.cpu {
+            "W1-cpu"
+        } else {
+            "W1"
+        },
         config,
         weights,
         input: input_data(shape, 42),

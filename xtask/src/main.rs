@@ -31,26 +31,30 @@ fn main() -> ExitCode {
                 ])
         }
         "bench" => {
-            cargo(&[
-                "run",
-                "-p",
-                "burn-compile-examples",
-                "--example",
-                "capture_overhead",
-            ]) && cargo(&[
-                "run",
-                "-p",
-                "burn-compile-examples",
-                "--example",
-                "transformer_encoder",
-            ])
+            let example = |name: &str, extra: &[&str]| {
+                let mut args = vec!["run", "--release", "-p", "burn-compile-examples"];
+                args.extend(["--example", name]);
+                if !extra.is_empty() {
+                    args.push("--");
+                    args.extend(extra);
+                }
+                cargo(&args)
+            };
+            example("capture_overhead", &[])
+                && example("transformer_encoder", &[])
+                // The C kernels of Compiled<Flex> against Flex eager, cold and warm builds.
+                && example("cpu_bench", &[])
+                && example("w1_bench", &["--cpu"])
         }
         _ => {
             eprintln!("usage: cargo xtask <test|bench>");
             eprintln!(
                 "  test   all tests: workspace + inner-Fusion build (wgpu tests need Vulkan)"
             );
-            eprintln!("  bench  CPU benchmarks: capture overhead, W1 (small) compiled vs eager");
+            eprintln!(
+                "  bench  CPU benchmarks: capture overhead, W1 (small), C kernels (cpu_bench), \
+                 W1-cpu; compiled vs eager"
+            );
             return ExitCode::from(2);
         }
     };

@@ -41,8 +41,10 @@ fn second_identical_step_hits_the_cache() {
         Tensor::<Flex, 2>::from_data(w.clone(), &device),
     )
     .into_data();
+    // The first run's ops ran on Flex; the second ran the graph's C kernel (vector libm: the
+    // last bits may differ).
     first.assert_approx_eq::<f32>(&eager, Tolerance::default());
-    second.assert_eq(&first, true);
+    second.assert_approx_eq::<f32>(&eager, Tolerance::default());
 }
 
 #[test]

@@ -42,6 +42,18 @@ impl std::fmt::Display for BuildError {
 
 impl std::error::Error for BuildError {}
 
+/// What a unit links: `libm`, and on x86-64 glibc its vector variants (`libmvec`: the unit
+/// declares them, see `c_unit`).
+const LIBRARIES: &[&str] = if cfg!(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_env = "gnu"
+)) {
+    &["-lmvec", "-lm"]
+} else {
+    &["-lm"]
+};
+
 /// The C compiler and the flags kernels are built with.
 #[derive(Clone, Debug)]
 pub struct Toolchain {
@@ -131,7 +143,7 @@ impl Toolchain {
                 .args(["-shared", "-fPIC", "-o"])
                 .arg(&partial)
                 .arg(&c_file)
-                .arg("-lm")
+                .args(LIBRARIES)
                 .output()
                 .map_err(|e| BuildError::NoCompiler {
                     compiler: self.compiler.clone(),

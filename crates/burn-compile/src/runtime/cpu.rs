@@ -330,8 +330,14 @@ impl KernelTarget<FlexTensor> for CpuTarget {
             let toolchain = state
                 .toolchain
                 .get_or_insert_with(|| {
-                    Toolchain::new(settings.compiler.as_deref(), settings.flags.as_deref())
-                        .map_err(|e| e.to_string())
+                    Toolchain::new(settings.compiler.as_deref(), settings.flags.as_deref()).map_err(
+                        |e| {
+                            format!(
+                                "{e}; install one, or name it with BURN_COMPILE_CC \
+                                 (CompileConfig::c_compiler)"
+                            )
+                        },
+                    )
                 })
                 .clone();
             (std::mem::take(&mut state.pending), settings, toolchain)
