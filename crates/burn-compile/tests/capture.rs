@@ -272,8 +272,15 @@ fn a_repeated_op_runs_once_and_its_repeat_shares_the_result() {
     // Burn's LayerNorm centres twice (`x - mean` in var_mean_bias, then to normalize). The
     // repeat shares the first result; the first is then consumed by an op that could run in
     // place (`a + 1`, its last use): the shared buffer has two owners, so the repeat's value
-    // must survive it. On NdArray, which has no kernel target: on Flex the whole function is
-    // one C kernel, and the sharing happens inside it.
+    // must survive it. On NdArray with fusion off (a device of its own in this binary): fused,
+    // the whole function is one C kernel, and the sharing happens inside it.
+    burn_compile::configure(
+        &burn_ndarray::NdArrayDevice::default(),
+        burn_compile::CompileConfig {
+            fusion: false,
+            ..Default::default()
+        },
+    );
     fn centred<B: burn::tensor::backend::Backend>(
         x: Tensor<B, 2>,
     ) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>) {

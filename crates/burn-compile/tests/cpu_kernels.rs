@@ -1,4 +1,4 @@
-//! The CPU path: `Compiled<Flex>` runs its fused groups as C kernels, built by the system C
+//! The CPU path: `Compiled<Flex>` (and `Compiled<NdArray>`) runs its fused groups as C kernels, built by the system C
 //! compiler at the end of a graph's first replay (one unit per graph) and called from its
 //! second replay on. Every result is compared with eager `Flex` on the same inputs, on the
 //! first run (the ops on Flex while the kernels build) and on the later ones (the C kernels).
@@ -139,6 +139,34 @@ fn a_layer_norm_and_gelu_run_as_c_kernels_built_once_per_graph() {
         assert!(
             text.contains("C kernel(s)"),
             "explain shows the build:\n{text}"
+        );
+    }
+}
+
+/// `Compiled<NdArray>` runs the same C kernels on NdArray's tensors (f32 and f64: NdArray has
+/// no half types).
+#[test]
+fn ndarray_runs_the_c_kernels_too() {
+    use burn_ndarray::NdArray;
+    for dtype in [FloatDType::F32, FloatDType::F64] {
+        let report = differential(
+            &format!("ndarray norm_gelu {dtype:?}"),
+            dtype.into(),
+            || norm_gelu::<Compiled<NdArray>>(dtype),
+            || norm_gelu::<NdArray>(dtype),
+        );
+        let build = report
+            .graphs
+            .iter()
+            .find_map(|g| g.kernel_build.clone())
+            .unwrap_or_else(|| panic!("{dtype:?}: a C unit was built:\n{report}"));
+        assert_eq!(build.error, None);
+        let p = random_program(7);
+        differential(
+            &format!("ndarray {dtype:?} {p:?}"),
+            dtype.into(),
+            || run_program::<Compiled<NdArray>>(&p, dtype),
+            || run_program::<NdArray>(&p, dtype),
         );
     }
 }

@@ -1,5 +1,5 @@
 //! The CPU kernel target: a graph's fused kernels as C, built by the system compiler, run on
-//! Flex's tensors.
+//! the tensors of a CPU inner backend (Flex's `FlexTensor`, NdArray's `NdArrayTensor`).
 //!
 //! A C kernel is specialized on its iteration shape and on its inputs' strides (constants of
 //! the source: `burn_compile_codegen_c`), and those strides are only known when the inputs
@@ -12,19 +12,22 @@
 //! is built once.
 //!
 //! Kernels run on the caller's threads: a large kernel's tasks (rows, or blocks of a long
-//! row's columns) are split over rayon's global pool, the pool Flex's own ops use, so the two
-//! never compete for the cores.
+//! row's columns) are split over rayon's global pool, the pool Flex's and NdArray's own ops
+//! use, so the two never compete for the cores.
 //!
-//! Without a C compiler, or when a build fails, the kernels' operations keep running on Flex
-//! (one warning per distinct failure; an error in strict mode: `InnerDevice::finish_replay`).
+//! Without a C compiler, or when a build fails, the kernels' operations keep running on the
+//! inner backend (one warning per distinct failure; an error in strict mode:
+//! `InnerDevice::finish_replay`).
 
 use super::kernels::KernelTarget;
 use crate::config::CompileConfig;
 use crate::diagnostics::KernelBuild;
 use burn_backend::DType;
+use burn_backend::{TensorData, TensorMetadata};
 use burn_compile_codegen_c::{CFunction, KernelFn, Toolchain, Unit, c_function, c_unit};
 use burn_compile_schedule::PointwiseKernel;
 use burn_flex::{FlexTensor, Layout};
+use burn_ndarray::NdArrayTensor;
 use burn_std::{Bytes, Shape};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
@@ -79,24 +82,97 @@ struct State {
     toolchain: Option<Result<Toolchain, String>>,
 }
 
-pub(crate) struct CpuTarget {
-    state: Mutex<State>,
+/// A CPU backend's float tensor, as the C kernels read and write it.
+pub(crate) trait HostTensor: Send + Sync + Sized + 'static {
+    /// Element types the backend stores (and the C kernels compute).
+    const DTYPES: &'static [DType];
+    fn element_type(&self) -> DType;
+    /// Its strides in elements (negative in a flipped view), one per dimension.
+    fn element_strides(&self) -> Vec<isize>;
+    /// The address of its first element (a flipped view is read backwards from it).
+    fn first_element(&self) -> *const c_void;
+    /// A contiguous tensor of `shape` over `bytes`.
+    fn contiguous(bytes: Bytes, shape: Shape, dtype: DType) -> Self;
 }
 
-/// The CPU target, when `T` is Flex's float tensor.
-pub(crate) fn target<T: 'static>() -> Option<Arc<dyn KernelTarget<T>>> {
-    if TypeId::of::<T>() != TypeId::of::<FlexTensor>() {
-        return None;
+impl HostTensor for FlexTensor {
+    const DTYPES: &'static [DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
+
+    fn element_type(&self) -> DType {
+        self.dtype()
     }
-    let target: Arc<dyn KernelTarget<FlexTensor>> = Arc::new(CpuTarget {
-        state: Mutex::new(State::default()),
-    });
-    // `T` is `FlexTensor`: the downcast is the identity.
-    let any: Box<dyn Any> = Box::new(target);
-    any.downcast::<Arc<dyn KernelTarget<T>>>().ok().map(|t| *t)
+
+    fn element_strides(&self) -> Vec<isize> {
+        self.layout().strides().to_vec()
+    }
+
+    fn first_element(&self) -> *const c_void {
+        let start = self.layout().start_offset() * self.dtype().size();
+        self.bytes().as_ptr().wrapping_add(start).cast()
+    }
+
+    fn contiguous(bytes: Bytes, shape: Shape, dtype: DType) -> Self {
+        FlexTensor::new(bytes, Layout::contiguous(shape), dtype)
+    }
 }
 
-impl CpuTarget {
+impl HostTensor for NdArrayTensor {
+    // NdArray has no half types.
+    const DTYPES: &'static [DType] = &[DType::F32, DType::F64];
+
+    fn element_type(&self) -> DType {
+        TensorMetadata::dtype(self)
+    }
+
+    fn element_strides(&self) -> Vec<isize> {
+        match self {
+            NdArrayTensor::F32(s) => s.view().strides().to_vec(),
+            NdArrayTensor::F64(s) => s.view().strides().to_vec(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn first_element(&self) -> *const c_void {
+        match self {
+            NdArrayTensor::F32(s) => s.view().as_ptr().cast(),
+            NdArrayTensor::F64(s) => s.view().as_ptr().cast(),
+            _ => std::ptr::null(),
+        }
+    }
+
+    fn contiguous(bytes: Bytes, shape: Shape, dtype: DType) -> Self {
+        // A Vec's bytes: NdArray takes the vector back without a copy.
+        NdArrayTensor::from_data(TensorData {
+            bytes,
+            shape,
+            dtype,
+        })
+    }
+}
+
+pub(crate) struct CpuTarget<T> {
+    state: Mutex<State>,
+    tensors: std::marker::PhantomData<fn() -> T>,
+}
+
+/// The CPU target, when `T` is Flex's or NdArray's float tensor.
+pub(crate) fn target<T: 'static>() -> Option<Arc<dyn KernelTarget<T>>> {
+    fn of<H: HostTensor, T: 'static>() -> Option<Arc<dyn KernelTarget<T>>> {
+        if TypeId::of::<T>() != TypeId::of::<H>() {
+            return None;
+        }
+        let target: Arc<dyn KernelTarget<H>> = Arc::new(CpuTarget::<H> {
+            state: Mutex::new(State::default()),
+            tensors: std::marker::PhantomData,
+        });
+        // `T` is `H`: the downcast is the identity.
+        let any: Box<dyn Any> = Box::new(target);
+        any.downcast::<Arc<dyn KernelTarget<T>>>().ok().map(|t| *t)
+    }
+    of::<FlexTensor, T>().or_else(of::<NdArrayTensor, T>)
+}
+
+impl<T> CpuTarget<T> {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -160,7 +236,7 @@ impl Output {
     ///
     /// # Safety
     /// All `len` elements were written.
-    unsafe fn into_tensor(self, shape: Shape, dtype: DType) -> FlexTensor {
+    unsafe fn into_tensor<T: HostTensor>(self, shape: Shape, dtype: DType) -> T {
         let len = shape.num_elements();
         let bytes = match self {
             Output::F32(mut v) => {
@@ -176,16 +252,13 @@ impl Output {
                 Bytes::from_elems(v)
             }
         };
-        FlexTensor::new(bytes, Layout::contiguous(shape), dtype)
+        T::contiguous(bytes, shape, dtype)
     }
 }
 
-impl KernelTarget<FlexTensor> for CpuTarget {
+impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
     fn accepts(&self, kernel: &PointwiseKernel) -> bool {
-        matches!(
-            kernel.dtype,
-            DType::F32 | DType::F64 | DType::F16 | DType::BF16
-        )
+        T::DTYPES.contains(&kernel.dtype)
     }
 
     fn max_kernel_buffers(&self) -> usize {
@@ -210,28 +283,28 @@ impl KernelTarget<FlexTensor> for CpuTarget {
         &self,
         kernel: &PointwiseKernel,
         shape: &Shape,
-        inputs: &[FlexTensor],
+        inputs: &[T],
         scalars: &[f64],
-        _into: &[Option<&FlexTensor>],
+        _into: &[Option<&T>],
         _vectorize: bool,
-    ) -> Result<Option<Vec<FlexTensor>>, String> {
+    ) -> Result<Option<Vec<T>>, String> {
         let dims = shape.as_slice();
         let rank = dims.len();
         let mut strides = Vec::with_capacity(inputs.len());
         for (i, t) in inputs.iter().enumerate() {
-            let layout = t.layout();
-            if t.dtype() != kernel.dtype || layout.num_dims() != rank {
+            let own = t.element_strides();
+            if t.element_type() != kernel.dtype || own.len() != rank {
                 return Err(format!(
                     "input {i} is {:?} of rank {}, the kernel reads {:?} of rank {rank}",
-                    t.dtype(),
-                    layout.num_dims(),
+                    t.element_type(),
+                    own.len(),
                     kernel.dtype
                 ));
             }
             let walked = |d: usize| dims[d] > 1 && !kernel.inputs[i][d];
             strides.push(
                 (0..rank)
-                    .map(|d| if walked(d) { layout.strides()[d] } else { 0 })
+                    .map(|d| if walked(d) { own[d] } else { 0 })
                     .collect::<Vec<isize>>(),
             );
         }
@@ -263,15 +336,8 @@ impl KernelTarget<FlexTensor> for CpuTarget {
             }
         };
 
-        let elem = kernel.dtype.size();
-        let call_inputs = inputs
-            .iter()
-            .map(|t| {
-                // The first element of the view: negative strides walk back from it.
-                let start = t.layout().start_offset() * elem;
-                t.bytes().as_ptr().wrapping_add(start).cast::<c_void>()
-            })
-            .collect();
+        // Each view from its first element: negative strides walk back from it.
+        let call_inputs = inputs.iter().map(HostTensor::first_element).collect();
         let out_shapes: Vec<Shape> = (0..kernel.outputs as usize)
             .map(|o| {
                 let mut out = shape.clone();
@@ -393,8 +459,8 @@ impl KernelTarget<FlexTensor> for CpuTarget {
         })
     }
 
-    fn reshape_copy(&self, _input: &FlexTensor, _shape: &Shape) -> Option<FlexTensor> {
-        // Flex copies a reshape that needs it in its own kernel.
+    fn reshape_copy(&self, _input: &T, _shape: &Shape) -> Option<T> {
+        // The backend copies a reshape that needs it in its own kernel.
         None
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! A plan's fused steps need a target that launches generated kernels on the inner backend's
 //! float tensors: a CubeCL backend (`CubeBackend` on wgpu or CUDA, whose tensors are
-//! `CubeTensor`s), or Flex on the CPU (C kernels, [`super::cpu`]). Other inner backends
-//! (NdArray, Burn's own `Fusion`) have no target here, so their plans run every op on the
+//! `CubeTensor`s), or Flex and NdArray on the CPU (C kernels, [`super::cpu`]). Other inner
+//! backends (Burn's own `Fusion`) have no target here, so their plans run every op on the
 //! inner backend. The target is found from the float tensor type, so `Compiled<B>` needs no
 //! bound beyond Burn's own.
 
