@@ -26,7 +26,7 @@ use burn_backend::DType;
 use burn_backend::{TensorData, TensorMetadata};
 use burn_compile_codegen_c::{CFunction, KernelFn, Toolchain, Unit, c_function, c_unit};
 use burn_compile_schedule::PointwiseKernel;
-use burn_flex::{FlexTensor, Layout};
+use burn_flex::FlexTensor;
 use burn_ndarray::NdArrayTensor;
 use burn_std::{Bytes, Shape};
 use rayon::prelude::*;
@@ -37,14 +37,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-/// What a C function is specialized on: the kernel, its iteration shape, and each input's
-/// strides (0 where it is not walked: a broadcast dimension or one of size 1).
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct LayoutKey {
-    kernel: PointwiseKernel,
-    shape: Vec<usize>,
-    strides: Vec<Vec<isize>>,
-}
+/// What a C function is specialized on besides its kernel: the iteration shape, and each
+/// input's strides (0 where it is not walked: a broadcast dimension or one of size 1).
+type Layout = (Vec<usize>, Vec<Vec<isize>>);
 
 /// A built kernel.
 struct Built {
@@ -74,9 +69,11 @@ struct Settings {
 
 #[derive(Default)]
 struct State {
-    entries: FxHashMap<LayoutKey, Entry>,
-    /// C functions met in the current replay, in order (function `k{i}` of the next unit).
-    pending: Vec<(LayoutKey, CFunction)>,
+    /// Per kernel (found by reference at each call: no copy of its program), per layout.
+    entries: FxHashMap<PointwiseKernel, FxHashMap<Layout, Entry>>,
+    /// What was met in the current replay, in order (function `k{i}` of the next unit).
+    pending_keys: Vec<(PointwiseKernel, Layout)>,
+    pending: Vec<CFunction>,
     settings: Option<Settings>,
     /// The toolchain of `settings`, probed at the first build (`Err`: why there is none).
     toolchain: Option<Result<Toolchain, String>>,
@@ -112,7 +109,7 @@ impl HostTensor for FlexTensor {
     }
 
     fn contiguous(bytes: Bytes, shape: Shape, dtype: DType) -> Self {
-        FlexTensor::new(bytes, Layout::contiguous(shape), dtype)
+        FlexTensor::new(bytes, burn_flex::Layout::contiguous(shape), dtype)
     }
 }
 
@@ -308,30 +305,32 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                     .collect::<Vec<isize>>(),
             );
         }
-        let key = LayoutKey {
-            kernel: kernel.clone(),
-            shape: dims.to_vec(),
-            strides,
-        };
+        let layout: Layout = (dims.to_vec(), strides);
         let built = {
             let mut state = self.state();
-            match state.entries.get(&key) {
+            let known = state.entries.get(kernel).and_then(|l| l.get(&layout));
+            match known {
                 Some(Entry::Built(built)) => built.clone(),
                 Some(Entry::Pending | Entry::Failed) => return Ok(None),
                 None => {
+                    // First meeting of this kernel and layout: its C, built at the end of
+                    // the replay.
                     let name = format!("k{}", state.pending.len());
-                    let function = c_function(&name, kernel, dims, &key.strides);
-                    match function {
+                    let function = c_function(&name, kernel, dims, &layout.1);
+                    let entry = match &function {
+                        Ok(_) => Entry::Pending,
+                        Err(_) => Entry::Failed,
+                    };
+                    let layouts = state.entries.entry(kernel.clone()).or_default();
+                    layouts.insert(layout.clone(), entry);
+                    return match function {
                         Ok(function) => {
-                            state.entries.insert(key.clone(), Entry::Pending);
-                            state.pending.push((key, function));
-                            return Ok(None);
+                            state.pending_keys.push((kernel.clone(), layout));
+                            state.pending.push(function);
+                            Ok(None)
                         }
-                        Err(e) => {
-                            state.entries.insert(key, Entry::Failed);
-                            return Err(format!("no C function: {e}"));
-                        }
-                    }
+                        Err(e) => Err(format!("no C function: {e}")),
+                    };
                 }
             }
         };
@@ -406,11 +405,15 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                     )
                 })
                 .clone();
-            (std::mem::take(&mut state.pending), settings, toolchain)
+            let pending = (
+                std::mem::take(&mut state.pending_keys),
+                std::mem::take(&mut state.pending),
+            );
+            (pending, settings, toolchain)
         };
+        let (keys, functions) = pending;
         let start = Instant::now();
-        let kernels = pending.len();
-        let functions: Vec<CFunction> = pending.iter().map(|(_, f)| f.clone()).collect();
+        let kernels = functions.len();
         tracing::debug!(
             target: "burn_compile::output_code",
             "building {kernels} C kernel(s) in {}",
@@ -421,10 +424,10 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                 .build(&c_unit(&functions), &settings.cache_dir)
                 .map_err(|e| e.to_string())?;
             let unit = Arc::new(unit);
-            pending
+            functions
                 .iter()
                 .enumerate()
-                .map(|(i, (_, f))| {
+                .map(|(i, f)| {
                     let function = unit.kernel(&format!("k{i}")).map_err(|e| e.to_string())?;
                     Ok(Arc::new(Built {
                         function,
@@ -439,14 +442,16 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
         let mut state = self.state();
         let (cached, error) = match built {
             Ok((cached, built)) => {
-                for ((key, _), built) in pending.into_iter().zip(built) {
-                    state.entries.insert(key, Entry::Built(built));
+                for ((kernel, layout), built) in keys.into_iter().zip(built) {
+                    let layouts = state.entries.entry(kernel).or_default();
+                    layouts.insert(layout, Entry::Built(built));
                 }
                 (cached, None)
             }
             Err(error) => {
-                for (key, _) in pending {
-                    state.entries.insert(key, Entry::Failed);
+                for (kernel, layout) in keys {
+                    let layouts = state.entries.entry(kernel).or_default();
+                    layouts.insert(layout, Entry::Failed);
                 }
                 (false, Some(error))
             }
