@@ -4,8 +4,15 @@
 //! same structure with different ids (every step allocates new tensors) and often different
 //! scalars (Adam's bias correction changes every step), so neither may enter the key: ids are
 //! renumbered by first appearance in the segment and scalars are hashed by kind only (their values
-//! are runtime arguments of a plan). Shapes, dtypes and tensor statuses do enter the key: a plan is
-//! specialized on them.
+//! are runtime arguments of a plan). Dtypes, ranks and tensor statuses enter the key.
+//!
+//! Sizes are kept apart: every dimension of every tensor shape (and every slice bound) the
+//! operations carry goes to a list of sizes, in recording order, instead of the normalized
+//! bytes. The bytes give the graph's *family* ([`KeyWriter::family`]: the same program over any
+//! sizes), bytes and sizes together its exact key ([`KeyWriter::key`]: what a plan specialized
+//! on every size is found by). A family's plans are guarded on the sizes (see the compiler's
+//! plan cache): the list is what the guards read, and for each size the tensor and dimension it
+//! belongs to ([`KeyWriter::dim_owners`]), which is how a recompile names what changed.
 //!
 //! The walk goes through `serde::Serialize`, which every `OperationIr` implements, so the key
 //! covers every field of every operation without a hand-written match over ~330 variants.
@@ -51,6 +58,38 @@ pub struct KeyWriter {
     in_tensor_id: bool,
     /// Scalar operands walked so far (their values are not in the key).
     scalars: u32,
+    /// The sizes walked so far, in order.
+    dims: Vec<u64>,
+    /// Per size: the operation, tensor and dimension it belongs to.
+    owners: Vec<DimOwner>,
+    /// Walking a `Shape` (its dimensions are sizes).
+    in_shape: bool,
+    /// Walking a `Slice` (its start and end are sizes).
+    in_slice: bool,
+    /// The tensor whose fields are being walked (renumbered id).
+    tensor: u32,
+    /// Where the current shape's sizes start in `owners`.
+    shape_start: usize,
+}
+
+/// Where a size of a segment comes from: operation `op` (its position in the segment) names
+/// it as dimension `axis` of tensor `tensor` (numbered by first appearance in the segment), or
+/// as one of its slice bounds (`tensor` is [`DimOwner::SLICE`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DimOwner {
+    pub op: u32,
+    pub tensor: u32,
+    pub axis: u8,
+}
+
+impl DimOwner {
+    /// The `tensor` of a slice bound.
+    pub const SLICE: u32 = u32::MAX;
+
+    /// Whether the size is a slice bound rather than a tensor's dimension.
+    pub fn is_slice_bound(&self) -> bool {
+        self.tensor == Self::SLICE
+    }
 }
 
 impl KeyWriter {
@@ -85,12 +124,44 @@ impl KeyWriter {
         self.scalars
     }
 
-    /// The key of everything fed so far (the writer can go on).
+    /// The exact key of everything fed so far: structure and every size (the writer can go
+    /// on).
     pub fn key(&self) -> GraphKey {
+        let family = xxh3_128(&self.segment);
+        // SAFETY: a `u64` slice is readable as its bytes (no padding, `u8` has alignment 1).
+        let sizes = unsafe {
+            std::slice::from_raw_parts(self.dims.as_ptr().cast::<u8>(), self.dims.len() * 8)
+        };
+        let sizes = xxh3_128(sizes);
+        GraphKey {
+            digest: family ^ sizes.rotate_left(17).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ops: self.count,
+        }
+    }
+
+    /// The key of the family of everything fed so far: its structure, dtypes and ranks, not
+    /// its sizes.
+    pub fn family(&self) -> GraphKey {
         GraphKey {
             digest: xxh3_128(&self.segment),
             ops: self.count,
         }
+    }
+
+    /// The sizes fed so far, in order (every dimension of every tensor the operations name,
+    /// and every slice bound).
+    pub fn dims(&self) -> &[u64] {
+        &self.dims
+    }
+
+    /// Per size of [`Self::dims`]: where it comes from.
+    pub fn dim_owners(&self) -> &[DimOwner] {
+        &self.owners
+    }
+
+    /// The number the segment gave tensor `id` (its first appearance), if it appears.
+    pub fn local_id(&self, id: u64) -> Option<u32> {
+        self.ids.get(&id).copied()
     }
 
     /// Forgets everything: the next operation starts a new segment.
@@ -100,6 +171,10 @@ impl KeyWriter {
         self.count = 0;
         self.in_tensor_id = false;
         self.scalars = 0;
+        self.dims.clear();
+        self.owners.clear();
+        self.in_shape = false;
+        self.in_slice = false;
     }
 
     fn write(&mut self, bytes: &[u8]) {
@@ -114,9 +189,38 @@ impl KeyWriter {
             let next = self.ids.len() as u32;
             let local = *self.ids.entry(value).or_insert(next);
             self.segment.extend_from_slice(&local.to_le_bytes());
+            self.tensor = local;
+            return;
+        }
+        if self.in_shape {
+            // A size: in the per-op hash (a loop's period is found over shapes), not in the
+            // family's bytes.
+            self.op.write(&value.to_le_bytes());
+            let axis = self.owners.len() - self.shape_start;
+            self.owners.push(DimOwner {
+                op: self.count - 1,
+                tensor: self.tensor,
+                axis: axis.min(255) as u8,
+            });
+            self.dims.push(value);
             return;
         }
         self.write(&value.to_le_bytes());
+    }
+
+    /// A slice bound: a size when it counts from the start, structure otherwise.
+    fn write_bound(&mut self, value: i64) {
+        if value >= 0 {
+            self.op.write(&value.to_le_bytes());
+            self.dims.push(value as u64);
+            self.owners.push(DimOwner {
+                op: self.count - 1,
+                tensor: DimOwner::SLICE,
+                axis: 0,
+            });
+        } else {
+            self.write(&value.to_le_bytes());
+        }
     }
 }
 
@@ -158,10 +262,18 @@ impl ser::Serializer for &mut KeyWriter {
     type SerializeStruct = Self;
     type SerializeStructVariant = Self;
 
-    write_le!(serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
+    write_le!(serialize_i8: i8, serialize_i16: i16, serialize_i32: i32,
         serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_f32: f32,
         serialize_f64: f64, serialize_i128: i128, serialize_u128: u128);
 
+    fn serialize_i64(self, v: i64) -> Result<(), WalkError> {
+        if self.in_slice {
+            self.write_bound(v);
+        } else {
+            self.write(&v.to_le_bytes());
+        }
+        Ok(())
+    }
     fn serialize_bool(self, v: bool) -> Result<(), WalkError> {
         self.write(&[v as u8]);
         Ok(())
@@ -255,6 +367,16 @@ impl ser::Serializer for &mut KeyWriter {
     }
     fn serialize_struct(self, name: &'static str, _: usize) -> Result<Self, WalkError> {
         self.in_tensor_id = name == "TensorId";
+        match name {
+            "Shape" => {
+                // The axes count from each shape's start (a tensor named twice has its
+                // sizes recorded twice).
+                self.in_shape = true;
+                self.shape_start = self.owners.len();
+            }
+            "Slice" => self.in_slice = true,
+            _ => {}
+        }
         Ok(self)
     }
     fn serialize_struct_variant(
@@ -310,12 +432,20 @@ impl ser::SerializeStruct for &mut KeyWriter {
     type Error = WalkError;
     fn serialize_field<T: ?Sized + Serialize>(
         &mut self,
-        _: &'static str,
+        name: &'static str,
         value: &T,
     ) -> Result<(), WalkError> {
+        // A slice's step is structure; its start and end are sizes.
+        let step = self.in_slice && name == "step";
+        if step {
+            self.in_slice = false;
+        }
         value.serialize(&mut **self)
     }
     fn end(self) -> Result<(), WalkError> {
+        // Neither a shape nor a slice holds a struct: the end of one is the end of either.
+        self.in_shape = false;
+        self.in_slice = false;
         Ok(())
     }
 }

@@ -9,6 +9,6 @@ mod listing;
 mod segment;
 
 pub use activation::Activation;
-pub use key::{GraphKey, KeyWriter, OpShape};
+pub use key::{DimOwner, GraphKey, KeyWriter, OpShape};
 pub use listing::{op_listing, op_name};
 pub use segment::Segment;

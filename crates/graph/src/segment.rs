@@ -43,6 +43,11 @@ impl Segment {
         self.key.key()
     }
 
+    /// The key writer (the segment's family, sizes and their owners).
+    pub fn keys(&self) -> &KeyWriter {
+        &self.key
+    }
+
     /// Takes the operations out, leaving an empty segment. Hand the emptied vector back with
     /// [`Segment::recycle`]: operations are large (hundreds of bytes), and regrowing the buffer
     /// from zero for every graph would copy each of them several times.

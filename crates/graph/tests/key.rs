@@ -107,3 +107,50 @@ fn listing_names_ops_and_renumbers_ids() {
         insta::assert_snapshot!("listing_mul_exp_add", listing);
     });
 }
+
+fn segment(ops: Vec<OperationIr>) -> Segment {
+    let mut segment = Segment::new();
+    for op in ops {
+        segment.push(op);
+    }
+    segment
+}
+
+#[test]
+fn sizes_leave_the_family_and_are_listed_with_their_owners() {
+    let a = segment(graph([1, 2, 3, 4], 0.5, [4, 8]));
+    let b = segment(graph([11, 12, 13, 14], 0.25, [6, 8]));
+    // Same program, other sizes: one family, two exact keys.
+    assert_eq!(a.keys().family(), b.keys().family());
+    assert_ne!(a.key(), b.key());
+    // Every dimension of every tensor the ops name, in walk order: 7 tensors named (the mul
+    // and the exp name 2 each, the add 3) × 2 dims.
+    assert_eq!(a.keys().dims().len(), 14);
+    assert_eq!(a.keys().dims().len(), a.keys().dim_owners().len());
+    let changed: Vec<_> = a
+        .keys()
+        .dims()
+        .iter()
+        .zip(b.keys().dims())
+        .zip(a.keys().dim_owners())
+        .filter(|((x, y), _)| x != y)
+        .map(|(_, owner)| *owner)
+        .collect();
+    // Only dimension 0 changed, of every tensor, each owned by the op that names it.
+    assert_eq!(changed.len(), 7);
+    assert!(changed.iter().all(|o| o.axis == 0 && !o.is_slice_bound()));
+    assert_eq!(changed.iter().filter(|o| o.op == 0).count(), 2);
+    // The first op names x (#0) and a (#1); the add's output is the fifth tensor (#4).
+    assert_eq!(changed[0].tensor, 0);
+    assert!(changed.iter().any(|o| o.op == 2 && o.tensor == 4));
+}
+
+#[test]
+fn a_new_rank_or_dtype_is_another_family() {
+    let base = segment(graph([1, 2, 3, 4], 0.5, [4, 8]));
+    let mut half = graph([1, 2, 3, 4], 0.5, [4, 8]);
+    if let OperationIr::NumericFloat(dtype, _) = &mut half[0] {
+        *dtype = DType::F16;
+    }
+    assert_ne!(base.keys().family(), segment(half).keys().family());
+}
