@@ -18,6 +18,12 @@ pub struct CompileConfig {
     pub enabled: bool,
     /// A graph is cut when it reaches this many ops (`BURN_COMPILE_MAX_GRAPH_OPS`).
     pub max_graph_ops: usize,
+    /// Compiles a graph family may have after its first (`BURN_COMPILE_RECOMPILE_LIMIT`;
+    /// default 8, torch.compile's). A family is one program (the same operations, dtypes and
+    /// ranks) over any sizes: each new set of sizes is a recompile, logged under the
+    /// `burn_compile::recompiles` target with the tensors and dimensions that changed. Past
+    /// the limit the family runs eagerly, with one warning. 0: a family never recompiles.
+    pub recompile_limit: usize,
     /// When a stream reaches the size limit, look for the period of the loop that produced it
     /// and cut every period from then on, so that a loop that never reads settles into repeating
     /// cached graphs (`BURN_COMPILE_DETECT_PERIOD`).
@@ -105,6 +111,7 @@ impl Default for CompileConfig {
         Self {
             enabled: true,
             max_graph_ops: 10_000,
+            recompile_limit: 8,
             detect_period: true,
             dead_code_elimination: true,
             common_subexpressions: true,
@@ -197,6 +204,13 @@ impl CompileConfig {
         }
         if let Some((k, v)) = get("BURN_COMPILE_MAX_GRAPH_OPS") {
             self.max_graph_ops = parse_count(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_RECOMPILE_LIMIT") {
+            self.recompile_limit = v.trim().parse::<usize>().map_err(|_| ConfigError {
+                variable: k.clone(),
+                value: v.clone(),
+                expected: "a non-negative integer",
+            })?;
         }
         if let Some((k, v)) = get("BURN_COMPILE_DETECT_PERIOD") {
             self.detect_period = parse_bool(&k, &v)?;
@@ -338,6 +352,7 @@ mod tests {
                 ("BURN_COMPILE_CC", " clang "),
                 ("BURN_COMPILE_CFLAGS", "-O2"),
                 ("BURN_COMPILE_CACHE_DIR", "/tmp/kernels"),
+                ("BURN_COMPILE_RECOMPILE_LIMIT", "0"),
             ]))
             .unwrap();
         assert_eq!(config.c_compiler.as_deref(), Some("clang"));
@@ -351,6 +366,8 @@ mod tests {
         assert!(!config.fusion);
         assert!(!config.common_subexpressions);
         assert_eq!(config.max_graph_ops, 64);
+        assert_eq!(config.recompile_limit, 0);
+        assert_eq!(CompileConfig::default().recompile_limit, 8);
         assert!(!config.dead_code_elimination);
         assert!(!config.async_execution);
         assert!(config.replay_on_device_thread);

@@ -48,6 +48,11 @@ pub struct GraphRecord {
     pub cache_hit: bool,
     /// Time spent building the plan (zero on a hit).
     pub compile_time: Duration,
+    /// A compile of a family already compiled for other sizes: which sizes changed (what the
+    /// `burn_compile::recompiles` log says).
+    pub recompile: Option<String>,
+    /// The graph's family is past `recompile_limit`: it ran eagerly, with no compile.
+    pub past_recompile_limit: bool,
     /// What ended the graph.
     pub ended_by: GraphBreak,
     /// The graph ended because an `explain`/`fullgraph` region ended, not because of a break.
@@ -216,6 +221,8 @@ pub(crate) struct Counters {
     pub vectorized_kernels: AtomicU64,
     pub kernel_builds: AtomicU64,
     pub kernel_build_nanos: AtomicU64,
+    pub recompiles: AtomicU64,
+    pub past_recompile_limit: AtomicU64,
     pub breaks: [AtomicU64; 9],
 }
 
@@ -233,6 +240,8 @@ pub(crate) static COUNTERS: Counters = Counters {
     vectorized_kernels: AtomicU64::new(0),
     kernel_builds: AtomicU64::new(0),
     kernel_build_nanos: AtomicU64::new(0),
+    recompiles: AtomicU64::new(0),
+    past_recompile_limit: AtomicU64::new(0),
     breaks: [const { AtomicU64::new(0) }; 9],
 };
 
@@ -242,6 +251,12 @@ pub(crate) static COUNTERS: Counters = Counters {
 pub(crate) fn report(record: GraphRecord, owner: ThreadId, own_thread: bool) {
     let c = &COUNTERS;
     c.graphs.fetch_add(1, Ordering::Relaxed);
+    if record.recompile.is_some() {
+        c.recompiles.fetch_add(1, Ordering::Relaxed);
+    }
+    if record.past_recompile_limit {
+        c.past_recompile_limit.fetch_add(1, Ordering::Relaxed);
+    }
     if record.cache_hit {
         c.cache_hits.fetch_add(1, Ordering::Relaxed);
     } else {

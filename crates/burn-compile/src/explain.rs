@@ -37,6 +37,11 @@ pub struct Explanation {
     pub cache_hits: usize,
     /// Graphs that had to be compiled.
     pub cache_misses: usize,
+    /// Compiles of a graph family already compiled for other sizes (counted in
+    /// `cache_misses`); each graph's record says what changed.
+    pub recompiles: usize,
+    /// Graphs that ran eagerly because their family is past `recompile_limit`.
+    pub past_recompile_limit: usize,
 }
 
 impl Explanation {
@@ -63,6 +68,8 @@ impl Explanation {
                 .sum(),
             cache_hits: graphs.iter().filter(|g| g.cache_hit).count(),
             cache_misses: graphs.iter().filter(|g| !g.cache_hit).count(),
+            recompiles: graphs.iter().filter(|g| g.recompile.is_some()).count(),
+            past_recompile_limit: graphs.iter().filter(|g| g.past_recompile_limit).count(),
             graphs,
         }
     }
@@ -121,12 +128,17 @@ impl fmt::Display for Explanation {
                 },
                 g.dead,
                 g.merged,
-                if g.cache_hit {
+                if g.past_recompile_limit {
+                    "eager (its family is past recompile_limit)".to_string()
+                } else if g.cache_hit {
                     "cache hit".to_string()
                 } else {
                     format!("compiled in {:?}", g.compile_time)
                 },
             )?;
+            if let Some(changes) = &g.recompile {
+                writeln!(f, "  recompiled: {changes}")?;
+            }
             if let Some(build) = &g.kernel_build {
                 writeln!(f, "  {build}")?;
             }

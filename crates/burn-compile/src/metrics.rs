@@ -19,6 +19,12 @@ pub struct Metrics {
     pub cache_misses: u64,
     /// Total compile time.
     pub compile_time: Duration,
+    /// Compiles of a graph family already compiled for other sizes (each logged under
+    /// `burn_compile::recompiles` with what changed); counted in `cache_misses` too.
+    pub recompiles: u64,
+    /// Graphs that ran eagerly because their family is past `recompile_limit` (counted in
+    /// `cache_hits`: nothing was compiled).
+    pub past_recompile_limit: u64,
     /// Ops run on the inner backend through plans.
     pub ops_executed: u64,
     /// Ops skipped as dead code.
@@ -58,6 +64,8 @@ impl Metrics {
             cache_hits: self.cache_hits - earlier.cache_hits,
             cache_misses: self.cache_misses - earlier.cache_misses,
             compile_time: self.compile_time.saturating_sub(earlier.compile_time),
+            recompiles: self.recompiles - earlier.recompiles,
+            past_recompile_limit: self.past_recompile_limit - earlier.past_recompile_limit,
             ops_executed: self.ops_executed - earlier.ops_executed,
             ops_eliminated: self.ops_eliminated - earlier.ops_eliminated,
             eager_ops: self.eager_ops - earlier.eager_ops,
@@ -86,6 +94,8 @@ pub fn metrics() -> Metrics {
         cache_hits: c.cache_hits.load(Relaxed),
         cache_misses: c.cache_misses.load(Relaxed),
         compile_time: Duration::from_nanos(c.compile_nanos.load(Relaxed)),
+        recompiles: c.recompiles.load(Relaxed),
+        past_recompile_limit: c.past_recompile_limit.load(Relaxed),
         ops_executed: c.ops_executed.load(Relaxed),
         ops_eliminated: c.ops_eliminated.load(Relaxed),
         eager_ops: c.eager_ops.load(Relaxed),

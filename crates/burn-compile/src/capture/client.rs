@@ -402,9 +402,9 @@ impl<B: BackendIr> Shared<B> {
             return;
         }
         let key = stream.segment.key();
-        let ops = stream.segment.take_ops();
+        let ops = stream.segment.ops();
         if !touched_by.is_empty() {
-            for op in &ops {
+            for op in ops {
                 for t in op.inputs().chain(op.outputs()) {
                     if touched_by.get(&t.id) == Some(&thread) {
                         touched_by.remove(&t.id);
@@ -420,9 +420,11 @@ impl<B: BackendIr> Shared<B> {
         let accepts_matmul = kernels.map(|k| move |group: &_| k.accepts_matmul(group));
         let accepts_attention = kernels
             .map(|k| move |group: &_| k.accepts_attention(group) && !inner.attention_lost(group));
+        // Planned before the ops leave the segment: the plan cache reads the segment's family
+        // and sizes from its key writer, which taking the ops resets.
         let (plan, mut record) = cache.plan(
-            key,
-            &ops,
+            stream.segment.keys(),
+            ops,
             config,
             diagnostics_on,
             Accepts {
@@ -432,6 +434,7 @@ impl<B: BackendIr> Shared<B> {
                 attention: accepts_attention.as_ref().map(|f| f as _),
             },
         );
+        let ops = stream.segment.take_ops();
         self.executor.submit(
             key,
             ops,
@@ -448,9 +451,13 @@ impl<B: BackendIr> Shared<B> {
         } else {
             stream.period.miss();
             if stance() == Stance::FailOnRecompile {
+                let why = match &record.recompile {
+                    Some(changes) => format!("a recompile: {changes}"),
+                    None => "its first compile".to_string(),
+                };
                 let message = format!(
                     "burn-compile: graph {key} ({} ops) had to be compiled under the \
-                     fail-on-recompile stance (it ended with: {brk}); it ran correctly, eagerly",
+                     fail-on-recompile stance ({why}; it ended with: {brk}); it ran correctly, eagerly",
                     record.ops
                 );
                 tracing::error!(target: "burn_compile::recompiles", "{message}");

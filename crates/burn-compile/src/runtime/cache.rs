@@ -2,12 +2,19 @@
 //!
 //! A compile is a memoized function of (graph key, plan-relevant config): the second time a
 //! graph comes back, the plan is found in O(1) and replayed with no graph work.
+//!
+//! Plans are specialized on every size: the exact key holds them, so a graph whose sizes
+//! changed misses and compiles again. The *family* of a graph (the same program over any
+//! sizes, [`KeyWriter::family`]) counts those recompiles: each is logged under the
+//! `burn_compile::recompiles` target with the tensors and dimensions whose sizes differ from
+//! the family's previous compile, and past [`CompileConfig::recompile_limit`] the family stops
+//! compiling: its graphs replay eagerly from then on, after one warning.
 
 use super::InnerDevice;
 use crate::capture::{BreakReason, GraphBreak};
 use crate::config::CompileConfig;
 use crate::diagnostics::GraphRecord;
-use burn_compile_graph::{Activation, GraphKey, op_listing, op_name};
+use burn_compile_graph::{Activation, DimOwner, GraphKey, KeyWriter, op_listing, op_name};
 use burn_compile_schedule::{
     AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, Step, schedule,
 };
@@ -58,6 +65,26 @@ pub(crate) struct Accepts<'a> {
 #[derive(Default)]
 pub(crate) struct PlanCache {
     plans: FxHashMap<(GraphKey, PlanConfig), Arc<Plan>>,
+    families: FxHashMap<(GraphKey, PlanConfig), Family>,
+}
+
+/// What the cache knows of a graph family: the compiles of one program over several sizes.
+struct Family {
+    /// The sizes of its latest compile (what the next recompile is compared with).
+    last: Vec<u64>,
+    /// Compiles after the first.
+    recompiles: usize,
+    /// Past the recompile limit: its graphs run eagerly.
+    eager: bool,
+}
+
+/// How a graph's plan was found.
+enum Found {
+    Cached(Arc<Plan>),
+    /// Compiled; `Some` with what changed when the family had been compiled before.
+    Compiled(Arc<Plan>, Option<String>),
+    /// Its family is past the recompile limit: every op on the inner backend.
+    Eager(Arc<Plan>),
 }
 
 impl PlanCache {
@@ -66,13 +93,15 @@ impl PlanCache {
     /// kernels, library calls and attention steps the device can run.
     pub fn plan(
         &mut self,
-        key: GraphKey,
+        keys: &KeyWriter,
         ops: &[OperationIr],
         config: &CompileConfig,
         diagnostics: bool,
         accepts: Accepts<'_>,
     ) -> (Arc<Plan>, GraphRecord) {
-        let cache_key = (key, PlanConfig::from(config));
+        let key = keys.key();
+        let plan_config = PlanConfig::from(config);
+        let cache_key = (key, plan_config);
         // A plan whose attention step the device has since found slower than its parts (the
         // attention autotune) is built again, with the parts scheduled as the other steps.
         let cached = self.plans.get(&cache_key).filter(|plan| {
@@ -81,27 +110,21 @@ impl PlanCache {
                     .attention
                     .is_none_or(|accepts| plan.attention.iter().all(accepts))
         });
-        let (plan, cache_hit, compile_time) = match cached {
-            Some(plan) => (plan.clone(), true, Duration::ZERO),
-            None => {
-                let start = Instant::now();
-                let attention = accepts.attention.map(|accepts| {
-                    move |g: &AttentionGroup| config.attention_for(g.dtype) && accepts(g)
-                });
-                let options = ScheduleOptions {
-                    dead_code_elimination: config.dead_code_elimination,
-                    common_subexpressions: config.common_subexpressions,
-                    pointwise: accepts.pointwise.filter(|_| config.fusion),
-                    max_kernel_buffers: accepts.max_kernel_buffers,
-                    matmul: accepts.matmul.filter(|_| config.library_matmul),
-                    attention: attention.as_ref().map(|f| f as _),
-                    memory_planning: config.memory_planning,
-                };
-                let plan = Arc::new(schedule(ops, options));
-                let elapsed = start.elapsed();
+        let start = Instant::now();
+        let found = match cached {
+            Some(plan) => Found::Cached(plan.clone()),
+            None => self.compile(keys, ops, config, plan_config, accepts),
+        };
+        let elapsed = start.elapsed();
+        let (plan, cache_hit, compile_time, recompile, past_limit) = match found {
+            Found::Cached(plan) => (plan, true, Duration::ZERO, None, false),
+            Found::Compiled(plan, recompile) => {
                 self.plans.insert(cache_key, plan.clone());
-                (plan, false, elapsed)
+                (plan, false, elapsed, recompile, false)
             }
+            // Not kept: an eager plan costs a walk over the ops, and a family past its limit
+            // may come with any number of new sizes.
+            Found::Eager(plan) => (plan, true, Duration::ZERO, None, true),
         };
         let listing = diagnostics.then(|| op_listing(ops));
         let record = GraphRecord {
@@ -135,6 +158,8 @@ impl PlanCache {
             merged: plan.merged(),
             cache_hit,
             compile_time,
+            recompile,
+            past_recompile_limit: past_limit,
             ended_by: GraphBreak {
                 reason: BreakReason::MarkStep,
                 detail: None,
@@ -145,6 +170,74 @@ impl PlanCache {
             kernel_build: None,
         };
         (plan, record)
+    }
+
+    /// Compiles a graph the exact cache missed: a first compile of its family, a recompile
+    /// (logged, counted), or, past the family's recompile limit, an eager plan.
+    fn compile(
+        &mut self,
+        keys: &KeyWriter,
+        ops: &[OperationIr],
+        config: &CompileConfig,
+        plan_config: PlanConfig,
+        accepts: Accepts<'_>,
+    ) -> Found {
+        let family_key = (keys.family(), plan_config);
+        let recompile = match self.families.get_mut(&family_key) {
+            None => {
+                self.families.insert(
+                    family_key,
+                    Family {
+                        last: keys.dims().to_vec(),
+                        recompiles: 0,
+                        eager: false,
+                    },
+                );
+                None
+            }
+            Some(family) if family.eager => return Found::Eager(Arc::new(eager_plan(ops))),
+            Some(family) => {
+                let changes = describe_changes(&family.last, keys.dims(), keys.dim_owners(), ops);
+                family.last.clear();
+                family.last.extend_from_slice(keys.dims());
+                if family.recompiles >= config.recompile_limit {
+                    family.eager = true;
+                    tracing::warn!(
+                        target: "burn_compile::recompiles",
+                        "graph family {} ({} ops) hit recompile_limit = {} (sizes changed again: \
+                         {changes}): it runs eagerly from now on; raise the limit with \
+                         BURN_COMPILE_RECOMPILE_LIMIT or CompileConfig::recompile_limit",
+                        family_key.0,
+                        ops.len(),
+                        config.recompile_limit,
+                    );
+                    return Found::Eager(Arc::new(eager_plan(ops)));
+                }
+                family.recompiles += 1;
+                tracing::info!(
+                    target: "burn_compile::recompiles",
+                    "recompiling graph family {} ({} ops), recompile {} of {}: {changes}",
+                    family_key.0,
+                    ops.len(),
+                    family.recompiles,
+                    config.recompile_limit,
+                );
+                Some(changes)
+            }
+        };
+        let attention = accepts
+            .attention
+            .map(|accepts| move |g: &AttentionGroup| config.attention_for(g.dtype) && accepts(g));
+        let options = ScheduleOptions {
+            dead_code_elimination: config.dead_code_elimination,
+            common_subexpressions: config.common_subexpressions,
+            pointwise: accepts.pointwise.filter(|_| config.fusion),
+            max_kernel_buffers: accepts.max_kernel_buffers,
+            matmul: accepts.matmul.filter(|_| config.library_matmul),
+            attention: attention.as_ref().map(|f| f as _),
+            memory_planning: config.memory_planning,
+        };
+        Found::Compiled(Arc::new(schedule(ops, options)), recompile)
     }
 
     /// Number of plans held.
@@ -243,4 +336,77 @@ pub(crate) fn execute_one<B: BackendIr>(inner: &InnerDevice<B>, op: OperationIr)
         Some(kind) => super::activation::run(inner, &op, kind),
         None => inner.execute(&op),
     }
+}
+
+/// The plan that runs every op on the inner backend, as if nothing were captured.
+fn eager_plan(ops: &[OperationIr]) -> Plan {
+    schedule(
+        ops,
+        ScheduleOptions {
+            dead_code_elimination: false,
+            common_subexpressions: false,
+            pointwise: None,
+            max_kernel_buffers: usize::MAX,
+            matmul: None,
+            attention: None,
+            memory_planning: false,
+        },
+    )
+}
+
+/// Most changed sizes a recompile message lists.
+const LISTED_CHANGES: usize = 6;
+
+/// Which sizes differ between a family's previous compile (`before`) and this graph
+/// (`after`), by the tensor and dimension they belong to: one line, e.g.
+/// `tensor #0 (first named by op 0, float_matmul) dim 0: 4 -> 6; slice bound of op 7, slice:
+/// 8 -> 12`. Tensors are numbered by first appearance in the graph (#0 is the first tensor its
+/// first op names); a tensor named by several ops is listed once.
+fn describe_changes(
+    before: &[u64],
+    after: &[u64],
+    owners: &[DimOwner],
+    ops: &[OperationIr],
+) -> String {
+    if before.len() != after.len() {
+        return format!("{} sizes -> {} sizes", before.len(), after.len());
+    }
+    let mut seen: Vec<(u32, u8)> = Vec::new();
+    let mut parts = Vec::new();
+    let mut more = 0;
+    for (i, (b, a)) in before.iter().zip(after).enumerate() {
+        if b == a {
+            continue;
+        }
+        let Some(owner) = owners.get(i) else { continue };
+        let op_label = |op: u32| {
+            ops.get(op as usize)
+                .map(|o| format!("op {op}, {}", op_name(o)))
+                .unwrap_or_else(|| format!("op {op}"))
+        };
+        if !owner.is_slice_bound() {
+            if seen.contains(&(owner.tensor, owner.axis)) {
+                continue;
+            }
+            seen.push((owner.tensor, owner.axis));
+        }
+        if parts.len() == LISTED_CHANGES {
+            more += 1;
+            continue;
+        }
+        parts.push(if owner.is_slice_bound() {
+            format!("slice bound of {}: {b} -> {a}", op_label(owner.op))
+        } else {
+            format!(
+                "tensor #{} (first named by {}) dim {}: {b} -> {a}",
+                owner.tensor,
+                op_label(owner.op),
+                owner.axis
+            )
+        });
+    }
+    if more > 0 {
+        parts.push(format!("and {more} more"));
+    }
+    parts.join("; ")
 }
