@@ -203,10 +203,17 @@ fn another_program_is_another_family() {
             &Default::default(),
         )
     };
+    // The program's graph is the region's last (an upload before it may be its own graph,
+    // whose family the tests running beside this one share).
+    let program_recompiled =
+        |r: &burn_compile::Explanation| r.graphs.last().is_some_and(|g| g.recompile.is_some());
     let (_, first) = explain(|| run(x(), true));
-    assert_eq!(first.recompiles, 0, "{first}");
+    assert!(!program_recompiled(&first), "{first}");
     let (_, other) = explain(|| run(x(), false));
-    assert_eq!(other.recompiles, 0, "another op, another family: {other}");
+    assert!(
+        !program_recompiled(&other),
+        "another op, another family: {other}"
+    );
     let wide = Tensor::<C, 2>::from_data(
         TensorData::new(vec![0.5f32; 15], [3, 5]),
         &Default::default(),
