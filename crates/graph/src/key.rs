@@ -7,7 +7,7 @@
 //! are runtime arguments of a plan). Dtypes, ranks and tensor statuses enter the key.
 //!
 //! Sizes are kept apart: every dimension of every tensor shape (and every slice bound) the
-//! operations carry goes to a list of sizes, in recording order, instead of the normalized
+//! operations carry, drops excepted, goes to a list of sizes, in recording order, instead of the normalized
 //! bytes. The bytes give the graph's *family* ([`KeyWriter::family`]: the same program over any
 //! sizes), bytes and sizes together its exact key ([`KeyWriter::key`]: what a plan specialized
 //! on every size is found by). A family's plans are guarded on the sizes (see the compiler's
@@ -60,16 +60,22 @@ pub struct KeyWriter {
     scalars: u32,
     /// The sizes walked so far, in order.
     dims: Vec<u64>,
-    /// Per size: the operation, tensor and dimension it belongs to.
+    /// Per size: the operation, tensor and dimension it belongs to; only when asked for
+    /// ([`KeyWriter::with_owners`]): recording needs the sizes, a recompile's message their
+    /// owners.
     owners: Vec<DimOwner>,
+    /// Whether `owners` is kept.
+    track_owners: bool,
+    /// Walking a `Drop`: its sizes are not keyed.
+    drop: bool,
+    /// Sizes in the current shape so far (their axis).
+    shape_axis: usize,
     /// Walking a `Shape` (its dimensions are sizes).
     in_shape: bool,
     /// Walking a `Slice` (its start and end are sizes).
     in_slice: bool,
     /// The tensor whose fields are being walked (renumbered id).
     tensor: u32,
-    /// Where the current shape's sizes start in `owners`.
-    shape_start: usize,
 }
 
 /// Where a size of a segment comes from: operation `op` (its position in the segment) names
@@ -102,6 +108,10 @@ impl KeyWriter {
     pub fn push(&mut self, op: &OperationIr) -> OpShape {
         self.op = rustc_hash::FxHasher::default();
         self.count += 1;
+        // A drop's sizes are no part of any plan: a tensor made in the graph has its sizes
+        // keyed where it is made, and freeing one made before does not depend on them. Keyed,
+        // they would make a step's graph differ with the previous step's sizes.
+        self.drop = matches!(op, OperationIr::Drop(_));
         op.serialize(&mut *self)
             .expect("operation IR is always serializable");
         OpShape(self.op.finish())
@@ -154,14 +164,18 @@ impl KeyWriter {
         &self.dims
     }
 
-    /// Per size of [`Self::dims`]: where it comes from.
-    pub fn dim_owners(&self) -> &[DimOwner] {
-        &self.owners
+    /// A writer that also keeps, per size, where it comes from ([`Self::dim_owners`]).
+    pub fn with_owners() -> Self {
+        Self {
+            track_owners: true,
+            ..Self::default()
+        }
     }
 
-    /// The number the segment gave tensor `id` (its first appearance), if it appears.
-    pub fn local_id(&self, id: u64) -> Option<u32> {
-        self.ids.get(&id).copied()
+    /// Per size of [`Self::dims`]: where it comes from (empty unless made by
+    /// [`Self::with_owners`]).
+    pub fn dim_owners(&self) -> &[DimOwner] {
+        &self.owners
     }
 
     /// Forgets everything: the next operation starts a new segment.
@@ -175,6 +189,7 @@ impl KeyWriter {
         self.owners.clear();
         self.in_shape = false;
         self.in_slice = false;
+        self.drop = false;
     }
 
     fn write(&mut self, bytes: &[u8]) {
@@ -196,12 +211,17 @@ impl KeyWriter {
             // A size: in the per-op hash (a loop's period is found over shapes), not in the
             // family's bytes.
             self.op.write(&value.to_le_bytes());
-            let axis = self.owners.len() - self.shape_start;
-            self.owners.push(DimOwner {
-                op: self.count - 1,
-                tensor: self.tensor,
-                axis: axis.min(255) as u8,
-            });
+            if self.drop {
+                return;
+            }
+            if self.track_owners {
+                self.owners.push(DimOwner {
+                    op: self.count - 1,
+                    tensor: self.tensor,
+                    axis: self.shape_axis.min(255) as u8,
+                });
+            }
+            self.shape_axis += 1;
             self.dims.push(value);
             return;
         }
@@ -213,11 +233,13 @@ impl KeyWriter {
         if value >= 0 {
             self.op.write(&value.to_le_bytes());
             self.dims.push(value as u64);
-            self.owners.push(DimOwner {
-                op: self.count - 1,
-                tensor: DimOwner::SLICE,
-                axis: 0,
-            });
+            if self.track_owners {
+                self.owners.push(DimOwner {
+                    op: self.count - 1,
+                    tensor: DimOwner::SLICE,
+                    axis: 0,
+                });
+            }
         } else {
             self.write(&value.to_le_bytes());
         }
@@ -372,7 +394,7 @@ impl ser::Serializer for &mut KeyWriter {
                 // The axes count from each shape's start (a tensor named twice has its
                 // sizes recorded twice).
                 self.in_shape = true;
-                self.shape_start = self.owners.len();
+                self.shape_axis = 0;
             }
             "Slice" => self.in_slice = true,
             _ => {}

@@ -43,7 +43,7 @@ impl Segment {
         self.key.key()
     }
 
-    /// The key writer (the segment's family, sizes and their owners).
+    /// The key writer (the segment's family and sizes).
     pub fn keys(&self) -> &KeyWriter {
         &self.key
     }

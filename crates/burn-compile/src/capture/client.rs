@@ -401,7 +401,6 @@ impl<B: BackendIr> Shared<B> {
         if stream.segment.is_empty() {
             return;
         }
-        let key = stream.segment.key();
         let ops = stream.segment.ops();
         if !touched_by.is_empty() {
             for op in ops {
@@ -434,6 +433,7 @@ impl<B: BackendIr> Shared<B> {
                 attention: accepts_attention.as_ref().map(|f| f as _),
             },
         );
+        let key = record.key;
         let ops = stream.segment.take_ops();
         self.executor.submit(
             key,

@@ -14,7 +14,7 @@ use super::InnerDevice;
 use crate::capture::{BreakReason, GraphBreak};
 use crate::config::CompileConfig;
 use crate::diagnostics::GraphRecord;
-use burn_compile_graph::{Activation, DimOwner, GraphKey, KeyWriter, op_listing, op_name};
+use burn_compile_graph::{Activation, GraphKey, KeyWriter, op_listing, op_name};
 use burn_compile_schedule::{
     AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, Step, schedule,
 };
@@ -74,8 +74,9 @@ struct Family {
     last: Vec<u64>,
     /// Compiles after the first.
     recompiles: usize,
-    /// Past the recompile limit: its graphs run eagerly.
-    eager: bool,
+    /// Past the recompile limit: the plan its graphs run, every op on the inner backend (the
+    /// same for every size of the family, so built once).
+    eager: Option<Arc<Plan>>,
 }
 
 /// How a graph's plan was found.
@@ -88,8 +89,8 @@ enum Found {
 }
 
 impl PlanCache {
-    /// Finds or builds the plan of a closed graph; the record describes the graph for
-    /// diagnostics (its break is filled in by the caller). `accepts` says which generated
+    /// Finds or builds the plan of a closed graph, found by the exact key of `keys` (the
+    /// record's `key`); the record describes the graph for diagnostics (its break is filled in by the caller). `accepts` says which generated
     /// kernels, library calls and attention steps the device can run.
     pub fn plan(
         &mut self,
@@ -122,8 +123,8 @@ impl PlanCache {
                 self.plans.insert(cache_key, plan.clone());
                 (plan, false, elapsed, recompile, false)
             }
-            // Not kept: an eager plan costs a walk over the ops, and a family past its limit
-            // may come with any number of new sizes.
+            // Not kept under the exact key: a family past its limit may come with any number of
+            // new sizes, and its one eager plan serves them all.
             Found::Eager(plan) => (plan, true, Duration::ZERO, None, true),
         };
         let listing = diagnostics.then(|| op_listing(ops));
@@ -190,18 +191,21 @@ impl PlanCache {
                     Family {
                         last: keys.dims().to_vec(),
                         recompiles: 0,
-                        eager: false,
+                        eager: None,
                     },
                 );
                 None
             }
-            Some(family) if family.eager => return Found::Eager(Arc::new(eager_plan(ops))),
+            Some(Family {
+                eager: Some(plan), ..
+            }) => return Found::Eager(plan.clone()),
             Some(family) => {
-                let changes = describe_changes(&family.last, keys.dims(), keys.dim_owners(), ops);
+                let changes = describe_changes(&family.last, keys.dims(), ops);
                 family.last.clear();
                 family.last.extend_from_slice(keys.dims());
                 if family.recompiles >= config.recompile_limit {
-                    family.eager = true;
+                    let plan = Arc::new(eager_plan(ops));
+                    family.eager = Some(plan.clone());
                     tracing::warn!(
                         target: "burn_compile::recompiles",
                         "graph family {} ({} ops) hit recompile_limit = {} (sizes changed again: \
@@ -211,7 +215,7 @@ impl PlanCache {
                         ops.len(),
                         config.recompile_limit,
                     );
-                    return Found::Eager(Arc::new(eager_plan(ops)));
+                    return Found::Eager(plan);
                 }
                 family.recompiles += 1;
                 tracing::info!(
@@ -361,34 +365,24 @@ const LISTED_CHANGES: usize = 6;
 /// (`after`), by the tensor and dimension they belong to: one line, e.g.
 /// `tensor #0 (first named by op 0, float_matmul) dim 0: 4 -> 6; slice bound of op 7, slice:
 /// 8 -> 12`. Tensors are numbered by first appearance in the graph (#0 is the first tensor its
-/// first op names); a tensor named by several ops is listed once.
-fn describe_changes(
-    before: &[u64],
-    after: &[u64],
-    owners: &[DimOwner],
-    ops: &[OperationIr],
-) -> String {
+/// first op names); a tensor named by several ops is listed once. The owners of the sizes are
+/// found by walking the ops again (recording keeps the sizes only).
+fn describe_changes(before: &[u64], after: &[u64], ops: &[OperationIr]) -> String {
     if before.len() != after.len() {
         return format!("{} sizes -> {} sizes", before.len(), after.len());
     }
-    let mut seen: Vec<(u32, u8)> = Vec::new();
+    let mut walk = KeyWriter::with_owners();
+    for op in ops {
+        walk.push(op);
+    }
+    let owners = walk.dim_owners();
+    let op_label = |op: u32| format!("op {op}, {}", op_name(&ops[op as usize]));
+    let mut seen = rustc_hash::FxHashSet::default();
     let mut parts = Vec::new();
     let mut more = 0;
-    for (i, (b, a)) in before.iter().zip(after).enumerate() {
-        if b == a {
+    for ((b, a), owner) in before.iter().zip(after).zip(owners) {
+        if b == a || (!owner.is_slice_bound() && !seen.insert((owner.tensor, owner.axis))) {
             continue;
-        }
-        let Some(owner) = owners.get(i) else { continue };
-        let op_label = |op: u32| {
-            ops.get(op as usize)
-                .map(|o| format!("op {op}, {}", op_name(o)))
-                .unwrap_or_else(|| format!("op {op}"))
-        };
-        if !owner.is_slice_bound() {
-            if seen.contains(&(owner.tensor, owner.axis)) {
-                continue;
-            }
-            seen.push((owner.tensor, owner.axis));
         }
         if parts.len() == LISTED_CHANGES {
             more += 1;
