@@ -31,6 +31,32 @@ pub struct LaunchLayout {
     /// ("wide" buffers, indexed in vectors), the inputs broadcast along it are read one value
     /// per vector and splatted ("narrow" buffers), see [`LaunchLayout::vectorize`].
     pub vector: usize,
+    /// Per dimension: symbolic (empty: none). A symbolic layout ([`LaunchLayout::symbolic`])
+    /// holds 0 for a symbolic dimension's size and [`RUNTIME`] for each stride read at run
+    /// time; those values, and the products the index arithmetic needs, are the kernel's
+    /// `meta` arguments ([`Meta`]), so one kernel serves every size of those dimensions.
+    pub dynamic: Vec<bool>,
+}
+
+/// The stride of a symbolic layout that the kernel reads from its `meta` arguments.
+pub const RUNTIME: usize = usize::MAX;
+
+/// A runtime argument of a symbolic kernel (a `u32` of its `meta` sequence, in the order of
+/// [`LaunchLayout::meta_entries`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Meta {
+    /// A pointwise kernel's units: the iteration space's length in vectors.
+    Len,
+    /// Vectors (a row kernel: rows) per step along dimension `d`.
+    Inner(usize),
+    /// The size of dimension `d` (the last one in vectors).
+    Size(usize),
+    /// A row kernel's rows.
+    Rows,
+    /// A row kernel's row length, in vectors.
+    Columns,
+    /// Input `i`'s stride along dimension `d`, in its buffer's units.
+    Stride(usize, usize),
 }
 
 impl LaunchLayout {
@@ -63,7 +89,120 @@ impl LaunchLayout {
             shape: shape.to_vec(),
             strides,
             vector: 1,
+            dynamic: Vec::new(),
         }
+    }
+
+    /// Whether dimension `d` is symbolic.
+    pub fn is_dynamic(&self, d: usize) -> bool {
+        self.dynamic.get(d).copied().unwrap_or(false)
+    }
+
+    /// Whether any dimension is symbolic.
+    pub fn is_symbolic(&self) -> bool {
+        self.dynamic.iter().any(|d| *d)
+    }
+
+    /// This layout (of a launch: its real sizes and strides, its vector width chosen) as the
+    /// symbolic kernel that serves every size of the `dynamic` dimensions, and the `meta`
+    /// values of this launch. Sizes of the other dimensions stay constants; every stride
+    /// becomes a runtime value except a broadcast (0) and a last dimension's unit stride (so a
+    /// contiguous row is still read as consecutive elements, and vectorized).
+    pub fn symbolic(&self, kernel: &PointwiseKernel, dynamic: &[bool]) -> (Self, Vec<u32>) {
+        let rank = self.shape.len();
+        let mut spec = self.clone();
+        spec.dynamic = (0..rank)
+            .map(|d| dynamic.get(d).copied().unwrap_or(false))
+            .collect();
+        for d in 0..rank {
+            if spec.dynamic[d] {
+                spec.shape[d] = 0;
+            }
+        }
+        for strides in &mut spec.strides {
+            for (d, s) in strides.iter_mut().enumerate() {
+                if *s != 0 && !(d + 1 == rank && *s == 1) {
+                    *s = RUNTIME;
+                }
+            }
+        }
+        let meta = spec
+            .meta_entries(kernel)
+            .into_iter()
+            .map(|m| self.meta_value(kernel, m))
+            .collect();
+        (spec, meta)
+    }
+
+    /// The runtime arguments of this (symbolic) layout, in order; empty for a layout with no
+    /// symbolic dimension.
+    pub fn meta_entries(&self, kernel: &PointwiseKernel) -> Vec<Meta> {
+        let mut entries = Vec::new();
+        if !self.is_symbolic() {
+            return entries;
+        }
+        let rank = self.shape.len();
+        let any_after = |d: usize, end: usize| (d + 1..end).any(|e| self.is_dynamic(e));
+        if kernel.row.is_some() {
+            let row_dims = rank.saturating_sub(1);
+            if (0..row_dims).any(|d| self.is_dynamic(d)) {
+                entries.push(Meta::Rows);
+            }
+            if self.is_dynamic(rank - 1) {
+                entries.push(Meta::Columns);
+            }
+            for d in 0..row_dims {
+                if any_after(d, row_dims) {
+                    entries.push(Meta::Inner(d));
+                }
+                if self.is_dynamic(d) {
+                    entries.push(Meta::Size(d));
+                }
+            }
+        } else {
+            entries.push(Meta::Len);
+            for d in 0..rank {
+                if any_after(d, rank) {
+                    entries.push(Meta::Inner(d));
+                }
+                if self.is_dynamic(d) {
+                    entries.push(Meta::Size(d));
+                }
+            }
+        }
+        for (i, strides) in self.strides.iter().enumerate() {
+            for (d, s) in strides.iter().enumerate() {
+                if *s == RUNTIME {
+                    entries.push(Meta::Stride(i, d));
+                }
+            }
+        }
+        entries
+    }
+
+    /// Where runtime argument `m` sits in the kernel's `meta` sequence; `None` when it is a
+    /// constant of the kernel.
+    pub fn meta_slot(&self, kernel: &PointwiseKernel, m: Meta) -> Option<usize> {
+        self.meta_entries(kernel).iter().position(|e| *e == m)
+    }
+
+    /// The value of `m` in this (real) layout.
+    fn meta_value(&self, kernel: &PointwiseKernel, m: Meta) -> u32 {
+        let rank = self.shape.len();
+        let vector = self.vector.max(1);
+        let value = match m {
+            Meta::Len => self.len() / vector,
+            Meta::Inner(d) if kernel.row.is_some() => {
+                self.shape[d + 1..rank - 1].iter().product::<usize>()
+            }
+            Meta::Inner(d) => self.shape[d + 1..].iter().product::<usize>() / vector,
+            Meta::Size(d) if d + 1 == rank && kernel.row.is_none() => self.shape[d] / vector,
+            Meta::Size(d) => self.shape[d],
+            Meta::Rows => self.shape[..rank - 1].iter().product(),
+            Meta::Columns => self.shape[rank - 1] / vector,
+            Meta::Stride(i, d) => self.buffer_stride(kernel, i, d),
+        };
+        u32::try_from(value).expect("a symbolic kernel's sizes fit 32-bit indexing")
     }
 
     /// This layout with the widest vector, up to `widest` (a power of two: the target's widest
@@ -138,6 +277,9 @@ impl LaunchLayout {
     /// elements for a narrow one.
     pub fn buffer_stride(&self, kernel: &PointwiseKernel, input: usize, d: usize) -> usize {
         let stride = self.strides[input][d];
+        if stride == RUNTIME {
+            return RUNTIME;
+        }
         let last = d + 1 == self.shape.len();
         if self.narrow_input(kernel, input) || last {
             stride

@@ -70,6 +70,10 @@ pub struct Plan {
     /// Where the intermediates of generated kernels and library matmuls live.
     #[serde(default)]
     pub memory: MemoryPlan,
+    /// Built for a family of shapes: the sizes in [`ScheduleOptions::symbolic_sizes`] are
+    /// runtime values (fused groups read them from the replayed graph).
+    #[serde(default)]
+    pub symbolic: bool,
 }
 
 impl Plan {
@@ -150,6 +154,13 @@ pub struct ScheduleOptions<'a> {
     /// Place the intermediates of generated kernels and library matmuls in the slots of one
     /// buffer per replay, by liveness ([`memory_plan`]).
     pub memory_planning: bool,
+    /// Sizes that are symbolic in this plan (sorted): the plan serves every graph of the family
+    /// whose sizes keep the pattern of the one scheduled (each symbolic size one value, distinct
+    /// from every other size; see the compiler's guards), so a fused group's dimension of one of
+    /// these sizes becomes a runtime argument of its kernel. Empty: a plan specialized on every
+    /// size. A symbolic plan has no memory plan (slot sizes would change with the shapes) and
+    /// no attention steps (their tuning is per problem size): the caller leaves them off.
+    pub symbolic_sizes: &'a [u64],
 }
 
 /// The step that runs live operation `op` (position `i`).
@@ -208,13 +219,25 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
             in_epilogue[i as usize] = true;
         }
     }
-    let pointwise: Vec<PointwiseGroup> = match options.pointwise {
+    let mut pointwise: Vec<PointwiseGroup> = match options.pointwise {
         Some(accepts) => pointwise_groups(ops, &live, options.max_kernel_buffers)
             .into_iter()
             .filter(|g| accepts(&g.kernel))
             .collect(),
         None => Vec::new(),
     };
+    if !options.symbolic_sizes.is_empty() {
+        for group in &mut pointwise {
+            let dynamic: Vec<bool> = group
+                .shape
+                .iter()
+                .map(|s| options.symbolic_sizes.binary_search(&(*s as u64)).is_ok())
+                .collect();
+            if dynamic.iter().any(|d| *d) {
+                group.dynamic = dynamic;
+            }
+        }
+    }
     // Operations (and drops, and hoisted views) that belong to a group; the group's steps sit
     // at its first op: the hoisted views, then the kernel.
     let mut in_group = vec![None; ops.len()];
@@ -274,6 +297,7 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         matmul,
         attention,
         memory: MemoryPlan::default(),
+        symbolic: !options.symbolic_sizes.is_empty(),
     };
     if options.memory_planning {
         plan.memory = memory_plan(ops, &plan);

@@ -246,12 +246,26 @@ pub struct PointwiseGroup {
     pub outputs: Vec<Slot>,
     /// Scalar argument `i` is the scalar of operation `scalars[i]`.
     pub scalars: Vec<u32>,
-    /// Output shape (the iteration space).
+    /// Output shape (the iteration space) of the graph the plan was built from.
     pub shape: Shape,
     pub kernel: PointwiseKernel,
+    /// Per dimension of the iteration space: symbolic (its size is a runtime argument of the
+    /// kernel, read from the replayed graph's own shapes). Empty: every size is a constant of
+    /// the kernel (a plan specialized on every shape).
+    #[serde(default)]
+    pub dynamic: Vec<bool>,
 }
 
 impl PointwiseGroup {
+    /// Whether dimension `d` of the iteration space is symbolic.
+    pub fn is_dynamic(&self, d: usize) -> bool {
+        self.dynamic.get(d).copied().unwrap_or(false)
+    }
+
+    /// Whether any size of the iteration space is symbolic.
+    pub fn symbolic(&self) -> bool {
+        self.dynamic.iter().any(|d| *d)
+    }
     /// A one-line description for `explain`: kind, iteration shape, ops fused (and which
     /// reductions), inputs and outputs, views hoisted.
     pub fn summary(&self) -> String {
@@ -279,9 +293,21 @@ impl PointwiseGroup {
         } else {
             format!(", {} view(s) hoisted", self.hoisted.len())
         };
+        let shape: Vec<String> = self
+            .shape
+            .iter()
+            .enumerate()
+            .map(|(d, s)| {
+                if self.is_dynamic(d) {
+                    format!("s{s}")
+                } else {
+                    s.to_string()
+                }
+            })
+            .collect();
         format!(
-            "{kind} over {:?} {:?}: ops {:?} fused, {} input(s), {} output(s){hoisted}",
-            self.shape.to_vec(),
+            "{kind} over [{}] {:?}: ops {:?} fused, {} input(s), {} output(s){hoisted}",
+            shape.join(", "),
             self.kernel.dtype,
             self.ops,
             self.inputs.len(),
@@ -926,5 +952,6 @@ fn build(
         outputs,
         scalars,
         shape,
+        dynamic: Vec::new(),
     }
 }

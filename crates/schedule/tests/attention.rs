@@ -174,6 +174,7 @@ fn plan(ops: &[OperationIr], attention: bool) -> Plan {
             matmul: Some(library),
             attention: attention.then_some(flash),
             memory_planning: true,
+            symbolic_sizes: &[],
         },
     )
 }
@@ -289,6 +290,7 @@ fn a_target_that_refuses_the_call_keeps_the_parts() {
             matmul: None,
             attention: Some(refuse),
             memory_planning: true,
+            symbolic_sizes: &[],
         },
     );
     assert_eq!(p.attention_kernels(), 0);

@@ -56,6 +56,7 @@ fn plan(ops: &[OperationIr], matmul: bool) -> Plan {
             matmul: matmul.then_some(library),
             attention: None,
             memory_planning: true,
+            symbolic_sizes: &[],
         },
     )
 }
@@ -338,6 +339,7 @@ fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
             matmul: Some(refuse),
             attention: None,
             memory_planning: true,
+            symbolic_sizes: &[],
         },
     );
     assert_eq!(

@@ -84,6 +84,7 @@ fn plan(ops: &[OperationIr]) -> Plan {
             matmul: Some(library),
             attention: None,
             memory_planning: true,
+            symbolic_sizes: &[],
         },
     )
 }

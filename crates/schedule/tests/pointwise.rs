@@ -264,6 +264,7 @@ fn plan_of(
         matmul: None,
         attention: None,
         memory_planning: true,
+        symbolic_sizes: &[],
     };
     schedule(ops, options)
 }
@@ -699,6 +700,7 @@ fn a_repeated_op_run_alone_shares_the_first_result() {
         matmul: None,
         attention: None,
         memory_planning: true,
+        symbolic_sizes: &[],
     };
     assert_eq!(schedule(&ops, options).merged(), 0);
 }
@@ -730,6 +732,7 @@ fn plan_within(ops: &[OperationIr], max_kernel_buffers: usize) -> burn_compile_s
             matmul: None,
             attention: None,
             memory_planning: true,
+            symbolic_sizes: &[],
         },
     )
 }
@@ -990,4 +993,46 @@ fn a_reduction_over_a_dimension_of_size_one_is_its_input() {
         g[0].kernel.program
     );
     assert_eq!(g[0].inputs.len(), 1);
+}
+
+/// A symbolic plan (`symbolic_sizes`): a group's dimensions of those sizes are dynamic (its
+/// kernel takes them at run time), the others stay constants; the plan has no memory slab, and
+/// its summary names the symbolic dimensions.
+#[test]
+fn symbolic_sizes_make_a_groups_dimensions_dynamic() {
+    let s = &[6, 5][..];
+    let ops = vec![
+        exp(t(1, s, ReadOnly), 2),
+        mul_scalar(t(2, s, ReadOnly), 0.5, 3),
+        drop_op(2, s),
+        add(t(3, s, ReadWrite), t(1, s, ReadOnly), s, 4),
+    ];
+    let accept = |_: &PointwiseKernel| true;
+    let options = |symbolic: &'static [u64]| ScheduleOptions {
+        dead_code_elimination: true,
+        common_subexpressions: true,
+        pointwise: Some(&accept),
+        max_kernel_buffers: usize::MAX,
+        matmul: None,
+        attention: None,
+        memory_planning: false,
+        symbolic_sizes: symbolic,
+    };
+    let specialized = schedule(&ops, options(&[]));
+    assert!(!specialized.symbolic);
+    assert!(!specialized.pointwise[0].symbolic());
+    let symbolic = schedule(&ops, options(&[6]));
+    assert!(symbolic.symbolic);
+    let g = &symbolic.pointwise[0];
+    assert_eq!(
+        g.dynamic,
+        vec![true, false],
+        "rows 6 symbolic, columns 5 constant"
+    );
+    assert!(g.summary().contains("[s6, 5]"), "{}", g.summary());
+    assert_eq!(
+        g.kernel, specialized.pointwise[0].kernel,
+        "the same kernel program"
+    );
+    assert_eq!(symbolic.memory.slots.len(), 0);
 }
