@@ -20,6 +20,11 @@ use cubecl::server::Handle;
 /// holding every element `layout` reads from it, each output the elements of its shape. With
 /// `layout.vector > 1` every buffer must start at a multiple of the vector's size in bytes
 /// ([`crate::widest_aligned`] over their element offsets). The kernel is launched unchecked.
+///
+/// `dynamic` (empty: none) names the dimensions whose sizes the kernel takes as runtime
+/// arguments ([`LaunchLayout::symbolic`]): the kernel launched is then the one of every size of
+/// those dimensions, compiled once. Row kernels are always specialized (`dynamic` must be empty
+/// for them: the caller builds the row layout of each shape).
 pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
     client: &ComputeClient<R>,
     kernel: &PointwiseKernel,
@@ -27,6 +32,7 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
     inputs: Vec<(Handle, usize)>,
     scalars: Vec<E>,
     outputs: Vec<(Handle, usize)>,
+    dynamic: &[bool],
 ) {
     assert_eq!(
         inputs.len(),
@@ -49,7 +55,17 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
         "strides per kernel input"
     );
     let cube_dim = cube_dim(kernel);
-    let spec = KernelSpec::cached(kernel, layout);
+    let symbolic = dynamic.iter().any(|d| *d);
+    assert!(
+        !(symbolic && kernel.row.is_some()),
+        "row kernels are specialized on their shape"
+    );
+    let (spec, meta) = if symbolic {
+        let (spec_layout, meta) = layout.symbolic(kernel, dynamic);
+        (KernelSpec::cached(kernel, &spec_layout), meta)
+    } else {
+        (KernelSpec::cached(kernel, layout), Vec::new())
+    };
     let vector = layout.vector;
     // Wide buffers are arrays of vectors (their length in vectors), narrow ones of elements.
     let split = |buffers: Vec<(Handle, usize)>, narrow: &dyn Fn(usize) -> bool| {
@@ -95,8 +111,10 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
         }
         return;
     }
+    // The real layout's units, also for a symbolic kernel (its own layout holds no sizes).
     let cubes = (layout.len() / vector).div_ceil(POINTWISE_CUBE as usize) as u32;
     let cube_count = CubeCount::Static(cubes.max(1), 1, 1);
+    let meta: SequenceArg<R, u32> = meta.into_iter().collect();
     unsafe {
         pointwise::launch_unchecked::<E, R>(
             client,
@@ -106,6 +124,7 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
             wide_in.into_iter().collect(),
             narrow_in,
             scalars,
+            meta,
             wide_out.into_iter().collect(),
             spec,
         );

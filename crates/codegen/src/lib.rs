@@ -500,12 +500,15 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
         );
         (k.define(), k.address_type())
     } else {
+        let meta: SequenceCompilationArg<u32> =
+            layout.meta_entries(kernel).iter().map(|_| ()).collect();
         let k = pointwise::pointwise::Pointwise::<E, OfflineRuntime<Fl>>::new(
             settings,
             client,
             array_args(wide_inputs),
             arrays(narrow_inputs),
             scalars(),
+            meta,
             array_args(wide_outputs),
             layout.vector,
             spec,

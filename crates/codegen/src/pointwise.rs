@@ -7,9 +7,12 @@
 //! it, allocated by the plan; each input is read through its own strides (so views need no
 //! copy), skipping the dimensions it broadcasts; an input broadcast along the last dimension
 //! is read once per vector and splatted. Shape, strides and vector width are the launch's
-//! [`LaunchLayout`], constants of the generated code.
+//! [`LaunchLayout`], constants of the generated code, except in a symbolic layout
+//! ([`LaunchLayout::symbolic`]): there the sizes of its symbolic dimensions, the index
+//! arithmetic's products over them and the strides are read from the kernel's `meta`
+//! arguments, so one kernel serves every size of those dimensions.
 
-use crate::KernelSpec;
+use crate::{KernelSpec, Meta};
 use burn_compile_schedule::{BinaryOp, Constant, Instr, UnaryOp};
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
@@ -22,16 +25,23 @@ pub fn pointwise<F: Float + ScalarArgType, N: Size>(
     inputs: &Sequence<Array<Vector<F, N>>>,
     narrow: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
+    meta: &Sequence<u32>,
     outputs: &mut Sequence<Array<Vector<F, N>>>,
     #[comptime] spec: &KernelSpec,
 ) {
     let kernel = comptime![spec.kernel()];
     let layout = comptime![spec.layout()];
+    let symbolic = comptime![layout.is_symbolic()];
     // Each unit takes one vector: `vector` consecutive elements of the last dimension.
     let pos = ABSOLUTE_POS;
     let rank = comptime![kernel.rank as usize];
     let vector = comptime![layout.vector];
-    if pos >= comptime![layout.len() / vector] {
+    if comptime![symbolic] {
+        let slot = comptime![layout.meta_slot(&kernel, Meta::Len)];
+        if pos >= launch_value(meta, slot, 0usize) {
+            terminate!();
+        }
+    } else if pos >= comptime![layout.len() / vector] {
         terminate!();
     }
     // Coordinates of `pos` in the iteration space counted in vectors (row-major; the last
@@ -48,7 +58,16 @@ pub fn pointwise<F: Float + ScalarArgType, N: Size>(
                 layout.shape[d],
             )
         }];
-        coords.push((pos / inner) % size);
+        if comptime![symbolic] {
+            // A product over a symbolic dimension, or a symbolic size, is a runtime argument.
+            let inner_slot = comptime![layout.meta_slot(&kernel, Meta::Inner(d))];
+            let size_slot = comptime![layout.meta_slot(&kernel, Meta::Size(d))];
+            let inner = launch_value(meta, inner_slot, inner);
+            let size = launch_value(meta, size_slot, size);
+            coords.push((pos / inner) % size);
+        } else {
+            coords.push((pos / inner) % size);
+        }
     }
     // Register k holds the k-th value produced by the program.
     let mut regs = Sequence::<Vector<F, N>>::new();
@@ -66,7 +85,12 @@ pub fn pointwise<F: Float + ScalarArgType, N: Size>(
                 for d in 0..rank {
                     let stride = comptime![layout.buffer_stride(&kernel, input, d)];
                     if comptime![!broadcast[d]] {
-                        offset += *coords.index(d) * stride;
+                        if comptime![stride == crate::RUNTIME] {
+                            let slot = comptime![layout.meta_slot(&kernel, Meta::Stride(input, d))];
+                            offset += *coords.index(d) * launch_value(meta, slot, 0usize);
+                        } else {
+                            offset += *coords.index(d) * stride;
+                        }
                     }
                 }
                 if comptime![layout.narrow_input(&kernel, input)] {
@@ -89,6 +113,20 @@ pub fn pointwise<F: Float + ScalarArgType, N: Size>(
             // Row kernels only (`crate::row`): the scheduler never puts one here.
             Instr::Reduce { .. } => {}
         }
+    }
+}
+
+/// A size or stride of a launch: runtime argument `slot` of `meta` where the layout has one,
+/// else the kernel's constant `constant`.
+#[cube]
+pub(crate) fn launch_value(
+    meta: &Sequence<u32>,
+    #[comptime] slot: Option<usize>,
+    #[comptime] constant: usize,
+) -> usize {
+    match comptime![slot] {
+        Some(s) => usize::cast_from(*meta.index(s)),
+        None => constant.runtime(),
     }
 }
 

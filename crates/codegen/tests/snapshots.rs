@@ -330,3 +330,62 @@ fn generated_code_is_deterministic() {
         }
     }
 }
+
+/// A symbolic kernel (`dynamic = [true, false]`): the rows are a runtime argument, so the
+/// units, the row coordinate and the row stride come from `meta`; the 128 columns stay
+/// constants (one kernel for every number of rows). The bias, broadcast along the rows, still
+/// reads its row in consecutive vectors.
+#[test]
+fn pointwise_symbolic_rows_bias_relu() {
+    let k = support::bias_relu();
+    let real = support::layout(&k).vectorize(&k, 4);
+    let (layout, meta) = real.symbolic(&k, &[true, false]);
+    assert_eq!(layout.shape, vec![0, 128]);
+    assert_eq!(meta.len(), layout.meta_entries(&k).len());
+    snapshot_over("pointwise_symbolic_rows_bias_relu", &k, &layout);
+}
+
+/// Every dimension symbolic, one input transposed: sizes and strides all runtime arguments.
+#[test]
+fn pointwise_symbolic_every_dimension_transposed_input() {
+    let k = support::chain();
+    let real = LaunchLayout::new(&k, &[64, 128], &[&[1, 64]]);
+    let (layout, meta) = real.symbolic(&k, &[true, true]);
+    assert_eq!(layout.shape, vec![0, 0]);
+    // Units, the row's vectors per step, both sizes, both strides.
+    use burn_compile_codegen::Meta;
+    assert_eq!(
+        layout.meta_entries(&k),
+        vec![
+            Meta::Len,
+            Meta::Inner(0),
+            Meta::Size(0),
+            Meta::Size(1),
+            Meta::Stride(0, 0),
+            Meta::Stride(0, 1)
+        ]
+    );
+    assert_eq!(meta, vec![64 * 128, 128, 64, 128, 1, 64]);
+    snapshot_over(
+        "pointwise_symbolic_every_dimension_transposed_input",
+        &k,
+        &layout,
+    );
+}
+
+/// Two launches of one symbolic kernel over different sizes are one kernel (equal layouts),
+/// with their own runtime arguments.
+#[test]
+fn a_symbolic_layout_is_one_kernel_for_every_size() {
+    let k = support::bias_relu();
+    let of = |rows: usize| {
+        LaunchLayout::new(&k, &[rows, 128], &[&[128, 1], &[0, 1]])
+            .vectorize(&k, 4)
+            .symbolic(&k, &[true, false])
+    };
+    let (a, meta_a) = of(6);
+    let (b, meta_b) = of(50);
+    assert_eq!(a, b);
+    assert_ne!(meta_a, meta_b);
+    assert_eq!(meta_a[0], 6 * 128 / 4, "units: the rows' vectors");
+}

@@ -34,8 +34,10 @@ fn client() -> Option<ComputeClient<WgpuRuntime>> {
 }
 
 /// Runs `k` on wgpu and checks every output against the host reference: once in scalar code,
-/// once vectorized as widely as the layout allows (up to 4 × f32, wgpu's widest). Returns the
-/// vector width the second run took.
+/// once vectorized as widely as the layout allows (up to 4 × f32, wgpu's widest), and, for a
+/// pointwise kernel, both again as the symbolic kernel of every dimension of size 2 or more
+/// (sizes, products and strides read at run time). Returns the vector width the second run
+/// took.
 fn check(
     client: &ComputeClient<WgpuRuntime>,
     name: &str,
@@ -46,11 +48,25 @@ fn check(
 ) -> usize {
     let strides: Vec<&[usize]> = inputs.iter().map(|i| i.strides.as_slice()).collect();
     let scalar = LaunchLayout::new(k, shape, &strides);
-    run(client, name, k, &scalar, inputs, scalars);
+    let symbolic: Vec<bool> = shape.iter().map(|&s| s >= 2).collect();
+    let symbolic = if k.row.is_none() && symbolic.iter().any(|d| *d) {
+        Some(symbolic)
+    } else {
+        None
+    };
+    run(client, name, k, &scalar, inputs, scalars, &[]);
+    if let Some(dynamic) = &symbolic {
+        let name = format!("{name} (symbolic)");
+        run(client, &name, k, &scalar, inputs, scalars, dynamic);
+    }
     let vectorized = scalar.vectorize(k, 4);
     if vectorized.vector > 1 {
         let name = format!("{name} (vectors of {})", vectorized.vector);
-        run(client, &name, k, &vectorized, inputs, scalars);
+        run(client, &name, k, &vectorized, inputs, scalars, &[]);
+        if let Some(dynamic) = &symbolic {
+            let name = format!("{name}, symbolic");
+            run(client, &name, k, &vectorized, inputs, scalars, dynamic);
+        }
     }
     vectorized.vector
 }
@@ -63,6 +79,7 @@ fn run(
     layout: &LaunchLayout,
     inputs: &[Input],
     scalars: &[f32],
+    dynamic: &[bool],
 ) {
     let shape = &layout.shape;
     let handles: Vec<_> = inputs
@@ -100,6 +117,7 @@ fn run(
                 .zip(&out_shapes)
                 .map(|(h, s)| (h.clone(), s.iter().product()))
                 .collect(),
+            dynamic,
         );
     }
     let want = match k.row {
