@@ -259,6 +259,9 @@ fn expr(t: &Ctype, instr: &Instr, load: impl Fn(u16) -> String) -> String {
     }
 }
 
+/// A stride of a symbolic C function that is read at run time ([`c_symbolic_function`]).
+pub const RUNTIME_STRIDE: isize = isize::MIN;
+
 /// The C function `name` computing `kernel` over `shape`, its inputs read with `strides` (one
 /// list per input, in elements from the pointer the caller passes for it; negative in a
 /// flipped view; a broadcast dimension's stride is never used).
@@ -268,8 +271,113 @@ pub fn c_function(
     shape: &[usize],
     strides: &[Vec<isize>],
 ) -> Result<CFunction, CodegenError> {
-    let t = Ctype::of(kernel.dtype)?;
+    check_layout(kernel, shape.len(), strides)?;
+    generate(name, kernel, shape, &[], strides)
+}
+
+/// The layout a symbolic C function is built for, from a call's real `shape` and `strides`
+/// (as [`c_function`] takes them): the sizes of the `dynamic` dimensions set to 0, and every
+/// stride that is walked (not broadcast, along a dimension of more than one element)
+/// [`RUNTIME_STRIDE`], except a unit stride along the last dimension (a contiguous row stays a
+/// walk the C compiler vectorizes). Calls whose layouts normalize alike share one function.
+pub fn symbolic_layout(
+    kernel: &PointwiseKernel,
+    dynamic: &[bool],
+    shape: &[usize],
+    strides: &[Vec<isize>],
+) -> (Vec<usize>, Vec<Vec<isize>>) {
     let rank = shape.len();
+    let is_dynamic = |d: usize| dynamic.get(d).copied().unwrap_or(false);
+    let sizes = (0..rank)
+        .map(|d| if is_dynamic(d) { 0 } else { shape[d] })
+        .collect();
+    let strides = strides
+        .iter()
+        .enumerate()
+        .map(|(i, own)| {
+            (0..rank)
+                .map(|d| {
+                    let walked = !kernel.inputs[i][d] && (is_dynamic(d) || shape[d] > 1);
+                    if !walked {
+                        0
+                    } else if d + 1 == rank && own[d] == 1 {
+                        1
+                    } else {
+                        RUNTIME_STRIDE
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    (sizes, strides)
+}
+
+/// The runtime arguments a symbolic C function over `layout` (from [`symbolic_layout`]) reads
+/// after the kernel's scalars, for a call over `shape` with inputs of `strides`: the size of
+/// each dynamic dimension, then each [`RUNTIME_STRIDE`] stride, input by input (as doubles, like
+/// the scalars: exact below 2^53).
+pub fn symbolic_args(
+    dynamic: &[bool],
+    layout: &(Vec<usize>, Vec<Vec<isize>>),
+    shape: &[usize],
+    strides: &[Vec<isize>],
+) -> Vec<f64> {
+    let mut args: Vec<f64> = (0..shape.len())
+        .filter(|&d| dynamic.get(d).copied().unwrap_or(false))
+        .map(|d| shape[d] as f64)
+        .collect();
+    for (normalized, own) in layout.1.iter().zip(strides) {
+        for (n, s) in normalized.iter().zip(own) {
+            if *n == RUNTIME_STRIDE {
+                args.push(*s as f64);
+            }
+        }
+    }
+    args
+}
+
+/// The symbolic C function `name` of `kernel` over `layout` (from [`symbolic_layout`]): the
+/// sizes of the `dynamic` dimensions and the [`RUNTIME_STRIDE`] strides are read from `s` after
+/// the kernel's `scalars` ([`symbolic_args`]), so one function serves every size of those
+/// dimensions. A pointwise kernel always takes its tasks as blocks of columns
+/// ([`COLUMN_BLOCK`]) within rows, a row kernel as rows; [`CFunction::tasks`] and
+/// [`CFunction::parallel`] are those of the call's real sizes, computed by [`symbolic_tasks`].
+pub fn c_symbolic_function(
+    name: &str,
+    kernel: &PointwiseKernel,
+    dynamic: &[bool],
+    layout: &(Vec<usize>, Vec<Vec<isize>>),
+) -> Result<CFunction, CodegenError> {
+    check_layout(kernel, layout.0.len(), &layout.1)?;
+    if dynamic.len() != layout.0.len() {
+        return Err(CodegenError::Layout(format!(
+            "{} dynamic flags for rank {}",
+            dynamic.len(),
+            layout.0.len()
+        )));
+    }
+    generate(name, kernel, &layout.0, dynamic, &layout.1)
+}
+
+/// The tasks of a symbolic C function's call over `shape`, and whether the call is large
+/// enough to split them among threads.
+pub fn symbolic_tasks(kernel: &PointwiseKernel, shape: &[usize]) -> (usize, bool) {
+    let rank = shape.len();
+    let cols = shape.last().copied().unwrap_or(1);
+    let rows: usize = shape.iter().take(rank.saturating_sub(1)).product();
+    let tasks = if kernel.row.is_some() {
+        rows
+    } else {
+        rows * cols.div_ceil(COLUMN_BLOCK)
+    };
+    (tasks, rows * cols >= PARALLEL_ELEMENTS && tasks > 1)
+}
+
+fn check_layout(
+    kernel: &PointwiseKernel,
+    rank: usize,
+    strides: &[Vec<isize>],
+) -> Result<(), CodegenError> {
     if rank != kernel.rank as usize {
         return Err(CodegenError::Layout(format!(
             "rank {rank} for a kernel of rank {}",
@@ -283,7 +391,35 @@ pub fn c_function(
             kernel.inputs.len()
         )));
     }
+    Ok(())
+}
+
+/// The function of [`c_function`] (`dynamic` empty) or [`c_symbolic_function`].
+fn generate(
+    name: &str,
+    kernel: &PointwiseKernel,
+    shape: &[usize],
+    dynamic: &[bool],
+    strides: &[Vec<isize>],
+) -> Result<CFunction, CodegenError> {
+    let t = Ctype::of(kernel.dtype)?;
+    let rank = shape.len();
+    let symbolic = dynamic.iter().any(|d| *d);
+    let is_dynamic = |d: usize| dynamic.get(d).copied().unwrap_or(false);
+    // Each dimension's size in the source: a constant, or `n<d>` read at run time.
+    let size = |d: usize| -> String {
+        if is_dynamic(d) {
+            format!("n{d}")
+        } else {
+            shape[d].to_string()
+        }
+    };
     let cols = shape.last().copied().unwrap_or(1);
+    let cols_expr = if rank == 0 {
+        "1".to_string()
+    } else {
+        size(rank - 1)
+    };
     let rows: usize = shape.iter().take(rank.saturating_sub(1)).product();
     // The stride an input walks along dimension `d` (0 where it is broadcast).
     let stride = |i: usize, d: usize| {
@@ -293,8 +429,15 @@ pub fn c_function(
             strides[i][d]
         }
     };
+    // As source: a constant, or `t<i>_<d>` read at run time.
+    let stride_expr = |i: usize, d: usize| -> String {
+        match stride(i, d) {
+            RUNTIME_STRIDE => format!("t{i}_{d}"),
+            s => s.to_string(),
+        }
+    };
     let row_broadcast: Vec<bool> = (0..kernel.inputs.len())
-        .map(|i| rank == 0 || stride(i, rank - 1) == 0 || cols == 1)
+        .map(|i| rank == 0 || stride(i, rank - 1) == 0 || (!is_dynamic(rank - 1) && cols == 1))
         .collect();
     let st = stages(kernel, &row_broadcast);
     let row_outputs: Vec<bool> = match &kernel.row {
@@ -308,7 +451,7 @@ pub fn c_function(
         } else {
             match stride(i, rank - 1) {
                 1 => format!("in{i}[o{i} + c]"),
-                s => format!("in{i}[o{i} + c * {s}]"),
+                _ => format!("in{i}[o{i} + c * {}]", stride_expr(i, rank - 1)),
             }
         })
     };
@@ -323,9 +466,15 @@ pub fn c_function(
     };
 
     let mut c = String::new();
+    let shown = if symbolic {
+        let dims: Vec<String> = (0..rank).map(size).collect();
+        format!("[{}] (symbolic)", dims.join(", "))
+    } else {
+        format!("{shape:?}")
+    };
     let _ = writeln!(
         c,
-        "/* {} over {shape:?}, {} input(s), {} output(s) */",
+        "/* {} over {shown}, {} input(s), {} output(s) */",
         if kernel.row.is_some() {
             "row kernel"
         } else {
@@ -352,12 +501,44 @@ pub fn c_function(
             ty = t.storage
         );
     }
+    // The runtime sizes and strides of a symbolic function, after the scalars.
+    if symbolic {
+        let mut arg = kernel.scalars as usize;
+        for d in (0..rank).filter(|&d| is_dynamic(d)) {
+            let _ = writeln!(c, "    const int64_t n{d} = (int64_t)s[{arg}];");
+            arg += 1;
+        }
+        for i in 0..kernel.inputs.len() {
+            for d in 0..rank {
+                if stride(i, d) == RUNTIME_STRIDE {
+                    let _ = writeln!(c, "    const int64_t t{i}_{d} = (int64_t)s[{arg}];");
+                    arg += 1;
+                }
+            }
+        }
+    }
     // Large kernels run on all threads: by rows, or — a pointwise kernel with few rows (a
-    // rank-1 tensor is one row) — by blocks of columns within each row.
+    // rank-1 tensor is one row) — by blocks of columns within each row. A symbolic pointwise
+    // kernel always takes blocks of columns (one block per row when rows are short), so one
+    // function serves every size; the caller computes its tasks ([`symbolic_tasks`]).
     let large = rows * cols >= PARALLEL_ELEMENTS;
-    let split_columns = large && kernel.row.is_none() && rows < SPLIT_COLUMNS_BELOW_ROWS;
+    let split_columns = if symbolic {
+        kernel.row.is_none()
+    } else {
+        large && kernel.row.is_none() && rows < SPLIT_COLUMNS_BELOW_ROWS
+    };
     let blocks = cols.div_ceil(COLUMN_BLOCK);
     let (tasks, first, past) = if split_columns {
+        let blocks = if is_dynamic(rank.saturating_sub(1)) {
+            let _ = writeln!(
+                c,
+                "    const int64_t blocks = ({cols_expr} + {}) / {COLUMN_BLOCK};",
+                COLUMN_BLOCK - 1
+            );
+            "blocks".to_string()
+        } else {
+            blocks.to_string()
+        };
         let _ = writeln!(c, "    for (int64_t task = begin; task < end; task++) {{");
         let _ = writeln!(
             c,
@@ -365,12 +546,16 @@ pub fn c_function(
         );
         let _ = writeln!(
             c,
-            "        const int64_t c1 = c0 + {COLUMN_BLOCK} < {cols} ? c0 + {COLUMN_BLOCK} : {cols};"
+            "        const int64_t c1 = c0 + {COLUMN_BLOCK} < {cols_expr} ? c0 + {COLUMN_BLOCK} : {cols_expr};"
         );
-        (rows * blocks, "c0".to_string(), "c1".to_string())
+        (
+            rows * cols.div_ceil(COLUMN_BLOCK),
+            "c0".to_string(),
+            "c1".to_string(),
+        )
     } else {
         let _ = writeln!(c, "    for (int64_t row = begin; row < end; row++) {{");
-        (rows, "0".to_string(), cols.to_string())
+        (rows, "0".to_string(), cols_expr.clone())
     };
     // Each input's offset at the start of the row: the row index split into coordinates.
     let offsets: Vec<String> = (0..kernel.inputs.len())
@@ -382,11 +567,11 @@ pub fn c_function(
     if rank > 1 && !kernel.inputs.is_empty() {
         let _ = writeln!(c, "        int64_t rest = row, x;");
         for d in (0..rank - 1).rev() {
-            let mut line = format!("        x = rest % {}; rest /= {};", shape[d], shape[d]);
+            let n = size(d);
+            let mut line = format!("        x = rest % {n}; rest /= {n};");
             for i in 0..kernel.inputs.len() {
-                let s = stride(i, d);
-                if s != 0 {
-                    let _ = write!(line, " o{i} += x * {s};");
+                if stride(i, d) != 0 {
+                    let _ = write!(line, " o{i} += x * {};", stride_expr(i, d));
                 }
             }
             let _ = writeln!(c, "{line}");
@@ -426,7 +611,7 @@ pub fn c_function(
             });
         }
         let _ = writeln!(c, "{ind}#pragma omp simd {}", clauses.join(" "));
-        let _ = writeln!(c, "{ind}for (int64_t c = 0; c < {cols}; c++) {{");
+        let _ = writeln!(c, "{ind}for (int64_t c = 0; c < {cols_expr}; c++) {{");
         let operands: Vec<usize> = reduces.iter().map(|(_, _, a)| *a).collect();
         for r in column_closure(kernel, &st, &operands) {
             define(&mut c, ind2, r);
@@ -440,6 +625,9 @@ pub fn c_function(
         let _ = writeln!(c, "{ind}}}");
         for &(r, op, _) in &reduces {
             let value = match op {
+                ReduceOp::Mean if is_dynamic(rank - 1) => {
+                    format!("a{r} / ({}){cols_expr}", t.name)
+                }
                 ReduceOp::Mean => format!("a{r} / {}", t.lit(cols as f64)),
                 ReduceOp::Sum | ReduceOp::Max => format!("a{r}"),
             };
@@ -472,7 +660,7 @@ pub fn c_function(
         }
         for (o, v) in &full {
             let value = t.store(format!("r{v}"));
-            let _ = writeln!(c, "{ind2}out{o}[row * {cols} + c] = {value};");
+            let _ = writeln!(c, "{ind2}out{o}[row * {cols_expr} + c] = {value};");
         }
         let _ = writeln!(c, "{ind}}}");
     }

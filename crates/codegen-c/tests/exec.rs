@@ -9,7 +9,8 @@ mod support;
 
 use burn_backend::DType;
 use burn_compile_codegen_c::{
-    CFunction, KernelFn, PARALLEL_ELEMENTS, Toolchain, c_function, c_unit,
+    CFunction, KernelFn, PARALLEL_ELEMENTS, Toolchain, c_function, c_symbolic_function, c_unit,
+    symbolic_args, symbolic_layout, symbolic_tasks,
 };
 use burn_compile_schedule::{PointwiseKernel, UnaryOp};
 use std::ffi::c_void;
@@ -245,6 +246,36 @@ unsafe fn run(
     }
 }
 
+/// Each output's length: the iteration shape's, or a row output's (one value per row).
+fn out_lens(c: &Case) -> Vec<usize> {
+    let len = |s: &[usize]| s.iter().product::<usize>();
+    (0..c.kernel.outputs as usize)
+        .map(|o| match &c.kernel.row {
+            Some(row) if row.row_outputs[o] => len(&c.shape[..c.shape.len() - 1]),
+            _ => len(&c.shape),
+        })
+        .collect()
+}
+
+/// The outputs of case `c` against the f64 reference: f32 kernels, 1e-5 absolute + 1e-4
+/// relative.
+fn assert_matches_reference(c: &Case, outputs: &[Vec<f32>], label: &str) {
+    let want = match c.kernel.row {
+        Some(_) => row_reference(&c.kernel, &c.inputs, &c.scalars),
+        None => reference(&c.kernel, &c.shape, &c.inputs, &c.scalars),
+    };
+    for (o, (got, want)) in outputs.iter().zip(&want).enumerate() {
+        assert_eq!(got.len(), want.len(), "{label}: output {o}");
+        for (j, (g, w)) in got.iter().zip(want).enumerate() {
+            let tol = 1e-5 + 1e-4 * w.abs();
+            assert!(
+                (*g as f64 - w).abs() <= tol,
+                "{label}: output {o}[{j}] = {g}, expected {w}"
+            );
+        }
+    }
+}
+
 #[test]
 fn generated_c_kernels_match_the_reference() {
     let cases = cases();
@@ -265,40 +296,83 @@ fn generated_c_kernels_match_the_reference() {
 
     for (i, c) in cases.iter().enumerate() {
         let f = unit.kernel(&format!("k{i}")).expect("exported");
-        let len = |s: &[usize]| s.iter().product::<usize>();
-        let out_lens: Vec<usize> = (0..c.kernel.outputs as usize)
-            .map(|o| match &c.kernel.row {
-                Some(row) if row.row_outputs[o] => len(&c.shape[..c.shape.len() - 1]),
-                _ => len(&c.shape),
-            })
-            .collect();
-        let mut outputs: Vec<Vec<f32>> = out_lens.iter().map(|n| vec![f32::NAN; *n]).collect();
+        let mut outputs: Vec<Vec<f32>> = out_lens(c).iter().map(|n| vec![f32::NAN; *n]).collect();
         let ins: Vec<*const c_void> = c.inputs.iter().map(|x| x.data.as_ptr().cast()).collect();
         let outs: Vec<*mut c_void> = outputs.iter_mut().map(|o| o.as_mut_ptr().cast()).collect();
         let scalars: Vec<f64> = c.scalars.iter().map(|s| *s as f64).collect();
         // SAFETY: the buffers have the lengths the kernel was generated for.
         unsafe { run(f, &functions[i], &ins, &outs, &scalars) };
-        let want = match c.kernel.row {
-            Some(_) => row_reference(&c.kernel, &c.inputs, &c.scalars),
-            None => reference(&c.kernel, &c.shape, &c.inputs, &c.scalars),
-        };
-        for (o, (got, want)) in outputs.iter().zip(&want).enumerate() {
-            assert_eq!(got.len(), want.len(), "{}: output {o}", c.name);
-            for (j, (g, w)) in got.iter().zip(want).enumerate() {
-                // f32 kernels vs an f64 reference: 1e-5 absolute + 1e-4 relative.
-                let tol = 1e-5 + 1e-4 * w.abs();
-                assert!(
-                    (*g as f64 - w).abs() <= tol,
-                    "{}: output {o}[{j}] = {g}, expected {w}",
-                    c.name
-                );
-            }
-        }
+        assert_matches_reference(c, &outputs, &c.name);
     }
 
     // Built again by the same toolchain: found in the cache, not compiled.
     let again = toolchain.build(&c_unit(&functions), &dir).expect("cached");
     assert!(again.cached);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every case again as a symbolic function of every dimension of size 2 or more (sizes and
+/// strides read from `s` after the scalars, tasks counted by the caller), compared with the
+/// reference; and one symbolic function run over sizes it was not generated from.
+#[test]
+fn symbolic_c_kernels_match_the_reference() {
+    let cases = cases();
+    let dynamic_of = |c: &Case| c.shape.iter().map(|&n| n >= 2).collect::<Vec<bool>>();
+    let strides_of =
+        |c: &Case| -> Vec<Vec<isize>> { c.inputs.iter().map(|x| signed(&x.strides)).collect() };
+    // Strides as `c_function` takes them: 0 where not walked.
+    let walked = |c: &Case, strides: Vec<Vec<isize>>| -> Vec<Vec<isize>> {
+        strides
+            .into_iter()
+            .enumerate()
+            .map(|(i, own)| {
+                own.into_iter()
+                    .enumerate()
+                    .map(|(d, s)| {
+                        if c.shape[d] > 1 && !c.kernel.inputs[i][d] {
+                            s
+                        } else {
+                            0
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let functions: Vec<CFunction> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let strides = walked(c, strides_of(c));
+            let layout = symbolic_layout(&c.kernel, &dynamic_of(c), &c.shape, &strides);
+            c_symbolic_function(&format!("k{i}"), &c.kernel, &dynamic_of(c), &layout)
+                .expect(&c.name)
+        })
+        .collect();
+    let toolchain = Toolchain::new(None, None).expect("the CPU path's tests need a C compiler");
+    let dir = std::env::temp_dir().join(format!("burn-compile-c-sym-{}", std::process::id()));
+    let unit = toolchain
+        .build(&c_unit(&functions), &dir)
+        .expect("the unit builds");
+    for (i, c) in cases.iter().enumerate() {
+        let f = unit.kernel(&format!("k{i}")).expect("exported");
+        let dynamic = dynamic_of(c);
+        let strides = walked(c, strides_of(c));
+        let layout = symbolic_layout(&c.kernel, &dynamic, &c.shape, &strides);
+        let mut outputs: Vec<Vec<f32>> = out_lens(c).iter().map(|n| vec![f32::NAN; *n]).collect();
+        let ins: Vec<*const c_void> = c.inputs.iter().map(|x| x.data.as_ptr().cast()).collect();
+        let outs: Vec<*mut c_void> = outputs.iter_mut().map(|o| o.as_mut_ptr().cast()).collect();
+        let mut scalars: Vec<f64> = c.scalars.iter().map(|s| *s as f64).collect();
+        scalars.extend(symbolic_args(&dynamic, &layout, &c.shape, &strides));
+        let (tasks, _) = symbolic_tasks(&c.kernel, &c.shape);
+        let call = CFunction {
+            tasks,
+            ..functions[i].clone()
+        };
+        // SAFETY: the buffers have the lengths of this call's sizes, which `s` carries.
+        unsafe { run(f, &call, &ins, &outs, &scalars) };
+        assert_matches_reference(c, &outputs, &format!("{} (symbolic)", c.name));
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

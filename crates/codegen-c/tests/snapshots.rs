@@ -4,7 +4,7 @@
 
 mod support;
 
-use burn_compile_codegen_c::c_function;
+use burn_compile_codegen_c::{c_function, c_symbolic_function, symbolic_layout};
 use burn_compile_schedule::PointwiseKernel;
 
 fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
@@ -132,4 +132,42 @@ fn integer_kernels_have_no_c_kernel() {
     k.dtype = burn_backend::DType::I32;
     let err = c_function("kernel", &k, &[64, 128], &[vec![128, 1]]).unwrap_err();
     assert_eq!(err.to_string(), "no C kernels for I32");
+}
+
+/// Symbolic C (every dimension runtime: sizes and strides read from `s` after the scalars, the
+/// tasks blocks of columns within rows) of a pointwise kernel and of a row kernel (its mean
+/// divides by the runtime row length).
+#[test]
+fn c_symbolic_kernels() {
+    for (name, k) in [
+        ("pointwise_symbolic_bias_relu", support::bias_relu()),
+        ("row_symbolic_layer_norm", support::layer_norm(64, 256)),
+    ] {
+        let shape = support::snapshot_shape(&k);
+        let strides = vec![contiguous_strides(&shape); k.inputs.len()];
+        let strides: Vec<Vec<isize>> = strides
+            .into_iter()
+            .enumerate()
+            .map(|(i, own)| {
+                own.into_iter()
+                    .enumerate()
+                    .map(|(d, s)| {
+                        if k.inputs[i][d] || shape[d] == 1 {
+                            0
+                        } else {
+                            s
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let dynamic = vec![true; shape.len()];
+        let layout = symbolic_layout(&k, &dynamic, &shape, &strides);
+        let c = c_symbolic_function("kernel", &k, &dynamic, &layout)
+            .expect("C source")
+            .source;
+        insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => format!("{k:?} symbolic over {layout:?}") }, {
+            insta::assert_snapshot!(format!("{name}.c"), c);
+        });
+    }
 }
