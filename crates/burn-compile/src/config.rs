@@ -24,6 +24,9 @@ pub struct CompileConfig {
     /// `burn_compile::recompiles` target with the tensors and dimensions that changed. Past
     /// the limit the family runs eagerly, with one warning. 0: a family never recompiles.
     pub recompile_limit: usize,
+    /// Which sizes a plan takes as runtime values rather than constants
+    /// (`BURN_COMPILE_DYNAMIC` = `auto`, `true` or `false`; see [`DynamicShapes`]).
+    pub dynamic: DynamicShapes,
     /// When a stream reaches the size limit, look for the period of the loop that produced it
     /// and cut every period from then on, so that a loop that never reads settles into repeating
     /// cached graphs (`BURN_COMPILE_DETECT_PERIOD`).
@@ -106,12 +109,40 @@ pub struct CompileConfig {
     pub cache_dir: Option<std::path::PathBuf>,
 }
 
+/// Which sizes of a graph its plan takes as runtime values (symbolic sizes): one plan, and
+/// one kernel per fused group, then serve every value of them, where a plan specialized on
+/// every size compiles again for each new one.
+///
+/// A symbolic size is a distinct value of the graph (a batch, a sequence length, their
+/// product after a reshape) that is at least 2: sizes 0 and 1 stay constants (a 1 broadcasts,
+/// a 0 is empty). A symbolic plan's guard is the graph's pattern of sizes: every constant size
+/// the same, every symbolic one within its declared range ([`crate::Dim`]), and no two
+/// distinct sizes equal (nor two equal ones distinct); a graph that breaks it compiles again.
+/// Symbolic plans plan no memory slab and run attention as its parts (both are sized per
+/// problem).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DynamicShapes {
+    /// torch.compile's automatic dynamic shapes: a family's first compile is specialized on
+    /// every size; when a size changes, the recompile makes the sizes that changed symbolic,
+    /// so later values of them reuse that plan. Sizes declared with [`crate::mark_dynamic`]
+    /// are symbolic from the first compile.
+    #[default]
+    Auto,
+    /// `dynamic = true`: every size of at least 2 is symbolic from the first compile.
+    Always,
+    /// `dynamic = false`: every plan is specialized on every size (each new size recompiles,
+    /// up to `recompile_limit`); declared sizes are still range-checked.
+    Never,
+}
+
 impl Default for CompileConfig {
     fn default() -> Self {
         Self {
             enabled: true,
             max_graph_ops: 10_000,
             recompile_limit: 8,
+            dynamic: DynamicShapes::Auto,
             detect_period: true,
             dead_code_elimination: true,
             common_subexpressions: true,
@@ -211,6 +242,20 @@ impl CompileConfig {
                 value: v.clone(),
                 expected: "a non-negative integer",
             })?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_DYNAMIC") {
+            self.dynamic = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => DynamicShapes::Auto,
+                "1" | "true" | "on" | "yes" => DynamicShapes::Always,
+                "0" | "false" | "off" | "no" => DynamicShapes::Never,
+                _ => {
+                    return Err(ConfigError {
+                        variable: k,
+                        value: v,
+                        expected: "auto, true or false",
+                    });
+                }
+            };
         }
         if let Some((k, v)) = get("BURN_COMPILE_DETECT_PERIOD") {
             self.detect_period = parse_bool(&k, &v)?;

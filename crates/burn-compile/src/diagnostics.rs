@@ -53,6 +53,9 @@ pub struct GraphRecord {
     pub recompile: Option<String>,
     /// The graph's family is past `recompile_limit`: it ran eagerly, with no compile.
     pub past_recompile_limit: bool,
+    /// Its plan is symbolic: the sizes of this graph that its fused kernels take as runtime
+    /// values (sorted; empty for a plan specialized on every size).
+    pub symbolic_sizes: Vec<u64>,
     /// What ended the graph.
     pub ended_by: GraphBreak,
     /// The graph ended because an `explain`/`fullgraph` region ended, not because of a break.
@@ -223,6 +226,7 @@ pub(crate) struct Counters {
     pub kernel_build_nanos: AtomicU64,
     pub recompiles: AtomicU64,
     pub past_recompile_limit: AtomicU64,
+    pub symbolic_graphs: AtomicU64,
     pub breaks: [AtomicU64; 9],
 }
 
@@ -242,6 +246,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     kernel_build_nanos: AtomicU64::new(0),
     recompiles: AtomicU64::new(0),
     past_recompile_limit: AtomicU64::new(0),
+    symbolic_graphs: AtomicU64::new(0),
     breaks: [const { AtomicU64::new(0) }; 9],
 };
 
@@ -256,6 +261,9 @@ pub(crate) fn report(record: GraphRecord, owner: ThreadId, own_thread: bool) {
     }
     if record.past_recompile_limit {
         c.past_recompile_limit.fetch_add(1, Ordering::Relaxed);
+    }
+    if !record.symbolic_sizes.is_empty() {
+        c.symbolic_graphs.fetch_add(1, Ordering::Relaxed);
     }
     if record.cache_hit {
         c.cache_hits.fetch_add(1, Ordering::Relaxed);

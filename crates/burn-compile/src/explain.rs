@@ -139,6 +139,14 @@ impl fmt::Display for Explanation {
             if let Some(changes) = &g.recompile {
                 writeln!(f, "  recompiled: {changes}")?;
             }
+            if !g.symbolic_sizes.is_empty() {
+                writeln!(
+                    f,
+                    "  symbolic: sizes {:?} are runtime values of its kernels (one plan for \
+                     every value of them)",
+                    g.symbolic_sizes
+                )?;
+            }
             if let Some(build) = &g.kernel_build {
                 writeln!(f, "  {build}")?;
             }

@@ -22,6 +22,7 @@ mod backend;
 mod capture;
 mod config;
 mod diagnostics;
+mod dims;
 mod explain;
 mod logs;
 mod metrics;
@@ -30,8 +31,9 @@ mod runtime;
 mod stance;
 
 pub use capture::{BreakReason, CompileChannel, CompileClient, GraphBreak, SameBackendBridge};
-pub use config::{CompileConfig, ConfigError, config_for, configure};
+pub use config::{CompileConfig, ConfigError, DynamicShapes, config_for, configure};
 pub use diagnostics::{GraphRecord, KernelBuild, PlannedMemory};
+pub use dims::{Dim, DimError, MarkDynamic, mark_dynamic};
 pub use explain::{Explanation, FullGraphError, explain, fullgraph, mark_step, take_error};
 pub use logs::{TOPICS as LOG_TOPICS, init_logs};
 pub use metrics::{Metrics, metrics};

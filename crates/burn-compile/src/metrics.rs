@@ -25,6 +25,9 @@ pub struct Metrics {
     /// Graphs that ran eagerly because their family is past `recompile_limit` (counted in
     /// `cache_hits`: nothing was compiled).
     pub past_recompile_limit: u64,
+    /// Graphs run by a symbolic plan (sizes taken at run time: [`crate::DynamicShapes`]),
+    /// compiled or reused.
+    pub symbolic_graphs: u64,
     /// Ops run on the inner backend through plans.
     pub ops_executed: u64,
     /// Ops skipped as dead code.
@@ -66,6 +69,7 @@ impl Metrics {
             compile_time: self.compile_time.saturating_sub(earlier.compile_time),
             recompiles: self.recompiles - earlier.recompiles,
             past_recompile_limit: self.past_recompile_limit - earlier.past_recompile_limit,
+            symbolic_graphs: self.symbolic_graphs - earlier.symbolic_graphs,
             ops_executed: self.ops_executed - earlier.ops_executed,
             ops_eliminated: self.ops_eliminated - earlier.ops_eliminated,
             eager_ops: self.eager_ops - earlier.eager_ops,
@@ -96,6 +100,7 @@ pub fn metrics() -> Metrics {
         compile_time: Duration::from_nanos(c.compile_nanos.load(Relaxed)),
         recompiles: c.recompiles.load(Relaxed),
         past_recompile_limit: c.past_recompile_limit.load(Relaxed),
+        symbolic_graphs: c.symbolic_graphs.load(Relaxed),
         ops_executed: c.ops_executed.load(Relaxed),
         ops_eliminated: c.ops_eliminated.load(Relaxed),
         eager_ops: c.eager_ops.load(Relaxed),

@@ -11,6 +11,7 @@ use super::breaks::{BreakReason, GraphBreak, user_location};
 use super::period::PeriodDetector;
 use crate::config::{CompileConfig, config_for};
 use crate::diagnostics;
+use crate::dims::Dim;
 use crate::runtime::{Accepts, Executor, InnerDevice, PlanCache, execute_one};
 use crate::stance::{Stance, stance};
 use burn_backend::{DType, DeviceOps, ExecutionError, Shape, TensorData};
@@ -63,6 +64,9 @@ struct State {
     cache: PlanCache,
     /// Some stream is orphaned (checked on every op: one load).
     orphans: bool,
+    /// Tensors with dimensions declared dynamic ([`crate::mark_dynamic`]): their size there
+    /// and its [`Dim`], until the tensor is dropped.
+    marks: FxHashMap<TensorId, Vec<(u64, Dim)>>,
 }
 
 pub(crate) struct Shared<B: BackendIr> {
@@ -122,10 +126,20 @@ impl<B: BackendIr> CompileClient<B> {
                 config_generation,
                 cache: PlanCache::default(),
                 orphans: false,
+                marks: FxHashMap::default(),
             }),
         });
         crate::registry::register(shared.clone());
         Self { shared }
+    }
+
+    /// Declares the size `size` of tensor `id` dynamic, as `dim` (for the graphs that read it).
+    pub(crate) fn mark_dynamic(&self, id: TensorId, size: u64, dim: Dim) {
+        let mut state = self.shared.lock_state();
+        let marks = state.marks.entry(id).or_default();
+        if !marks.contains(&(size, dim.clone())) {
+            marks.push((size, dim));
+        }
     }
 
     /// The inner backend's tensors of this device, once the graphs submitted so far have run.
@@ -253,6 +267,11 @@ impl<B: BackendIr> Shared<B> {
         }
 
         let state = &mut *state;
+        if !state.marks.is_empty()
+            && let OperationIr::Drop(t) = &op
+        {
+            state.marks.remove(&t.id);
+        }
         let stream = state.streams.get_mut(&thread).expect("stream exists");
         let shape = stream.segment.push(op);
         let len = stream.segment.len();
@@ -393,6 +412,7 @@ impl<B: BackendIr> Shared<B> {
             touched_by,
             config,
             cache,
+            marks,
             ..
         } = state;
         let Some(stream) = streams.get_mut(&thread) else {
@@ -421,7 +441,22 @@ impl<B: BackendIr> Shared<B> {
             .map(|k| move |group: &_| k.accepts_attention(group) && !inner.attention_lost(group));
         // Planned before the ops leave the segment: the plan cache reads the segment's family
         // and sizes from its key writer, which taking the ops resets.
-        let (plan, mut record) = cache.plan(
+        // The sizes of this graph declared dynamic: those of the marked tensors it reads.
+        let mut declared: Vec<(u64, Dim)> = Vec::new();
+        if !marks.is_empty() {
+            for op in ops {
+                for t in op.inputs() {
+                    if let Some(m) = marks.get(&t.id) {
+                        for mark in m {
+                            if !declared.contains(mark) {
+                                declared.push(mark.clone());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let (plan, mut record, shape_error) = cache.plan(
             stream.segment.keys(),
             ops,
             config,
@@ -432,7 +467,12 @@ impl<B: BackendIr> Shared<B> {
                 matmul: accepts_matmul.as_ref().map(|f| f as _),
                 attention: accepts_attention.as_ref().map(|f| f as _),
             },
+            &declared,
         );
+        if let Some(message) = shape_error {
+            tracing::error!(target: "burn_compile::recompiles", "{message}");
+            stream.pending_error.get_or_insert(message);
+        }
         let key = record.key;
         let ops = stream.segment.take_ops();
         self.executor.submit(

@@ -9,11 +9,18 @@
 //! `burn_compile::recompiles` target with the tensors and dimensions whose sizes differ from
 //! the family's previous compile, and past [`CompileConfig::recompile_limit`] the family stops
 //! compiling: its graphs replay eagerly from then on, after one warning.
+//!
+//! A recompile may instead build a *symbolic* plan ([`DynamicShapes`]): the family's sizes that
+//! changed (or every size, or the declared ones) become runtime values of its fused kernels,
+//! and the family keeps that plan with its guard, the pattern of sizes it serves
+//! ([`Template::admits`]). A later graph of new sizes that the guard admits replays it with no
+//! compile at all.
 
 use super::InnerDevice;
 use crate::capture::{BreakReason, GraphBreak};
-use crate::config::CompileConfig;
+use crate::config::{CompileConfig, DynamicShapes};
 use crate::diagnostics::GraphRecord;
+use crate::dims::Dim;
 use burn_compile_graph::{Activation, GraphKey, KeyWriter, op_listing, op_name};
 use burn_compile_schedule::{
     AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, Step, schedule,
@@ -33,6 +40,7 @@ struct PlanConfig {
     attention: bool,
     attention_f32: bool,
     memory_planning: bool,
+    dynamic: DynamicShapes,
 }
 
 impl From<&CompileConfig> for PlanConfig {
@@ -45,6 +53,7 @@ impl From<&CompileConfig> for PlanConfig {
             attention: c.attention,
             attention_f32: c.attention_f32,
             memory_planning: c.memory_planning,
+            dynamic: c.dynamic,
         }
     }
 }
@@ -77,11 +86,134 @@ struct Family {
     /// Past the recompile limit: the plan its graphs run, every op on the inner backend (the
     /// same for every size of the family, so built once).
     eager: Option<Arc<Plan>>,
+    /// Its latest symbolic plan, with its guard.
+    symbolic: Option<Template>,
+}
+
+/// A symbolic plan and the sizes it serves: the graph it was scheduled from, its sizes in
+/// classes of equal value, some of them symbolic.
+struct Template {
+    plan: Arc<Plan>,
+    /// Per size of the key ([`KeyWriter::dims`]), its class.
+    class_of: Vec<u32>,
+    classes: Vec<SizeClass>,
+}
+
+/// One distinct size value of a template's graph.
+struct SizeClass {
+    value: u64,
+    /// A runtime value of the plan (else a constant every graph must repeat).
+    symbolic: bool,
+    /// Its declared range, if one was declared ([`crate::mark_dynamic`]).
+    dim: Option<Dim>,
+}
+
+/// A declared size outside its range.
+struct OutOfRange {
+    dim: Dim,
+    size: u64,
+}
+
+impl OutOfRange {
+    fn message(&self) -> String {
+        format!(
+            "burn-compile: dimension `{}` is {} in this graph, outside its declared range \
+             {}..={} (mark_dynamic); the graph ran eagerly",
+            self.dim.name, self.size, self.dim.min, self.dim.max
+        )
+    }
+}
+
+impl Template {
+    /// Whether the plan serves a graph of these sizes: every constant class at its value,
+    /// every symbolic class one value of at least 2 (within its range), and the classes'
+    /// values still pairwise distinct. A declared class out of its range is an error.
+    fn admits(&self, dims: &[u64]) -> Result<bool, OutOfRange> {
+        if dims.len() != self.class_of.len() {
+            return Ok(false);
+        }
+        let mut values: Vec<Option<u64>> = vec![None; self.classes.len()];
+        for (&v, &c) in dims.iter().zip(&self.class_of) {
+            let class = &self.classes[c as usize];
+            if !class.symbolic {
+                if v != class.value {
+                    return Ok(false);
+                }
+                continue;
+            }
+            match values[c as usize] {
+                None => values[c as usize] = Some(v),
+                Some(w) if w != v => return Ok(false),
+                Some(_) => {}
+            }
+        }
+        let mut all = Vec::with_capacity(self.classes.len());
+        for (class, value) in self.classes.iter().zip(values) {
+            if !class.symbolic {
+                all.push(class.value);
+                continue;
+            }
+            let v = value.unwrap_or(class.value);
+            if let Some(dim) = &class.dim
+                && !dim.contains(v)
+            {
+                return Err(OutOfRange {
+                    dim: dim.clone(),
+                    size: v,
+                });
+            }
+            if v < 2 {
+                return Ok(false);
+            }
+            all.push(v);
+        }
+        all.sort_unstable();
+        Ok(all.windows(2).all(|w| w[0] != w[1]))
+    }
+
+    /// The template of a graph of sizes `dims` whose positions `symbolic` (by size) are runtime
+    /// values: a class is symbolic when any of its positions is and its value is at least 2.
+    fn build(
+        dims: &[u64],
+        symbolic: &[bool],
+        declared: &[(u64, Dim)],
+    ) -> (Vec<u32>, Vec<SizeClass>) {
+        let mut index: FxHashMap<u64, u32> = FxHashMap::default();
+        let mut classes: Vec<SizeClass> = Vec::new();
+        let class_of = dims
+            .iter()
+            .zip(symbolic)
+            .map(|(&v, &sym)| {
+                let c = *index.entry(v).or_insert_with(|| {
+                    classes.push(SizeClass {
+                        value: v,
+                        symbolic: false,
+                        dim: None,
+                    });
+                    (classes.len() - 1) as u32
+                });
+                classes[c as usize].symbolic |= sym && v >= 2;
+                c
+            })
+            .collect();
+        for (v, dim) in declared {
+            if let Some(&c) = index.get(v) {
+                let class = &mut classes[c as usize];
+                class.symbolic |= *v >= 2;
+                class.dim.get_or_insert_with(|| dim.clone());
+            }
+        }
+        (class_of, classes)
+    }
 }
 
 /// How a graph's plan was found.
 enum Found {
     Cached(Arc<Plan>),
+    /// Its family's symbolic plan, whose guard admits these sizes: no compile.
+    Symbolic(Arc<Plan>),
+    /// A declared size is out of its range: every op on the inner backend, and the error.
+    OutOfRange(Arc<Plan>, String),
     /// Compiled; `Some` with what changed when the family had been compiled before.
     Compiled(Arc<Plan>, Option<String>),
     /// Its family is past the recompile limit: every op on the inner backend.
@@ -92,6 +224,9 @@ impl PlanCache {
     /// Finds or builds the plan of a closed graph, found by the exact key of `keys` (the
     /// record's `key`); the record describes the graph for diagnostics (its break is filled in by the caller). `accepts` says which generated
     /// kernels, library calls and attention steps the device can run.
+    /// `declared` lists the sizes of this graph declared dynamic ([`crate::mark_dynamic`]), by
+    /// value. Returns the plan, its record, and an error for the user when a declared size is
+    /// outside its range (the graph then runs eagerly).
     pub fn plan(
         &mut self,
         keys: &KeyWriter,
@@ -99,7 +234,8 @@ impl PlanCache {
         config: &CompileConfig,
         diagnostics: bool,
         accepts: Accepts<'_>,
-    ) -> (Arc<Plan>, GraphRecord) {
+        declared: &[(u64, Dim)],
+    ) -> (Arc<Plan>, GraphRecord, Option<String>) {
         let key = keys.key();
         let plan_config = PlanConfig::from(config);
         let cache_key = (key, plan_config);
@@ -114,11 +250,18 @@ impl PlanCache {
         let start = Instant::now();
         let found = match cached {
             Some(plan) => Found::Cached(plan.clone()),
-            None => self.compile(keys, ops, config, plan_config, accepts),
+            None => self.compile(keys, ops, config, plan_config, accepts, declared),
         };
         let elapsed = start.elapsed();
+        let mut error = None;
         let (plan, cache_hit, compile_time, recompile, past_limit) = match found {
-            Found::Cached(plan) => (plan, true, Duration::ZERO, None, false),
+            Found::Cached(plan) | Found::Symbolic(plan) => {
+                (plan, true, Duration::ZERO, None, false)
+            }
+            Found::OutOfRange(plan, message) => {
+                error = Some(message);
+                (plan, true, Duration::ZERO, None, false)
+            }
             Found::Compiled(plan, recompile) => {
                 self.plans.insert(cache_key, plan.clone());
                 (plan, false, elapsed, recompile, false)
@@ -169,12 +312,18 @@ impl PlanCache {
             region_end: false,
             listing,
             kernel_build: None,
+            symbolic_sizes: if plan.symbolic {
+                symbolic_values(&plan, ops)
+            } else {
+                Vec::new()
+            },
         };
-        (plan, record)
+        (plan, record, error)
     }
 
     /// Compiles a graph the exact cache missed: a first compile of its family, a recompile
-    /// (logged, counted), or, past the family's recompile limit, an eager plan.
+    /// (logged, counted), or, past the family's recompile limit, an eager plan. A graph its
+    /// family's symbolic plan admits takes that plan, with no compile.
     fn compile(
         &mut self,
         keys: &KeyWriter,
@@ -182,27 +331,70 @@ impl PlanCache {
         config: &CompileConfig,
         plan_config: PlanConfig,
         accepts: Accepts<'_>,
+        declared: &[(u64, Dim)],
     ) -> Found {
+        let dims = keys.dims();
         let family_key = (keys.family(), plan_config);
-        let recompile = match self.families.get_mut(&family_key) {
+        // Which sizes (by position) the new plan takes as runtime values.
+        let every = || dims.iter().map(|&v| v >= 2).collect::<Vec<bool>>();
+        let (recompile, symbolic, inherited) = match self.families.get_mut(&family_key) {
             None => {
                 self.families.insert(
                     family_key,
                     Family {
-                        last: keys.dims().to_vec(),
+                        last: dims.to_vec(),
                         recompiles: 0,
                         eager: None,
+                        symbolic: None,
                     },
                 );
-                None
+                let symbolic = match config.dynamic {
+                    DynamicShapes::Always => every(),
+                    DynamicShapes::Auto | DynamicShapes::Never => vec![false; dims.len()],
+                };
+                (None, symbolic, Vec::new())
             }
             Some(Family {
                 eager: Some(plan), ..
             }) => return Found::Eager(plan.clone()),
             Some(family) => {
-                let changes = describe_changes(&family.last, keys.dims(), ops);
+                if let Some(template) = &family.symbolic {
+                    match template.admits(dims) {
+                        Ok(true) => return Found::Symbolic(template.plan.clone()),
+                        Ok(false) => {}
+                        Err(out) => {
+                            return Found::OutOfRange(Arc::new(eager_plan(ops)), out.message());
+                        }
+                    }
+                }
+                let changes = describe_changes(&family.last, dims, ops);
+                // Positions symbolic before stay so (with their declared ranges); those whose
+                // size changed since the last compile become so (automatic dynamic).
+                let mut inherited: Vec<(u64, Dim)> = Vec::new();
+                let mut symbolic = vec![false; dims.len()];
+                if let Some(t) = &family.symbolic
+                    && t.class_of.len() == dims.len()
+                {
+                    for (p, &c) in t.class_of.iter().enumerate() {
+                        let class = &t.classes[c as usize];
+                        symbolic[p] = class.symbolic;
+                        if let Some(dim) = &class.dim {
+                            inherited.push((dims[p], dim.clone()));
+                        }
+                    }
+                }
+                match config.dynamic {
+                    DynamicShapes::Always => symbolic = every(),
+                    DynamicShapes::Never => symbolic.fill(false),
+                    DynamicShapes::Auto if family.last.len() == dims.len() => {
+                        for (p, (a, b)) in family.last.iter().zip(dims).enumerate() {
+                            symbolic[p] |= a != b;
+                        }
+                    }
+                    DynamicShapes::Auto => {}
+                }
                 family.last.clear();
-                family.last.extend_from_slice(keys.dims());
+                family.last.extend_from_slice(dims);
                 if family.recompiles >= config.recompile_limit {
                     let plan = Arc::new(eager_plan(ops));
                     family.eager = Some(plan.clone());
@@ -226,9 +418,32 @@ impl PlanCache {
                     family.recompiles,
                     config.recompile_limit,
                 );
-                Some(changes)
+                (Some(changes), symbolic, inherited)
             }
         };
+        let mut declared_all: Vec<(u64, Dim)> = declared.to_vec();
+        declared_all.extend(inherited);
+        // Declared sizes are range-checked whatever the mode; under `Never` they stay constants.
+        for (size, dim) in &declared_all {
+            if !dim.contains(*size) {
+                let out = OutOfRange {
+                    dim: dim.clone(),
+                    size: *size,
+                };
+                return Found::OutOfRange(Arc::new(eager_plan(ops)), out.message());
+            }
+        }
+        if config.dynamic == DynamicShapes::Never {
+            declared_all.clear();
+        }
+        let (class_of, classes) = Template::build(dims, &symbolic, &declared_all);
+        let mut symbolic_sizes: Vec<u64> = classes
+            .iter()
+            .filter(|c| c.symbolic)
+            .map(|c| c.value)
+            .collect();
+        symbolic_sizes.sort_unstable();
+        let is_symbolic = !symbolic_sizes.is_empty();
         let attention = accepts
             .attention
             .map(|accepts| move |g: &AttentionGroup| config.attention_for(g.dtype) && accepts(g));
@@ -238,10 +453,22 @@ impl PlanCache {
             pointwise: accepts.pointwise.filter(|_| config.fusion),
             max_kernel_buffers: accepts.max_kernel_buffers,
             matmul: accepts.matmul.filter(|_| config.library_matmul),
-            attention: attention.as_ref().map(|f| f as _),
-            memory_planning: config.memory_planning,
+            // A symbolic plan's attention tuning and memory slab would be sized per problem.
+            attention: attention.as_ref().filter(|_| !is_symbolic).map(|f| f as _),
+            memory_planning: config.memory_planning && !is_symbolic,
+            symbolic_sizes: &symbolic_sizes,
         };
-        Found::Compiled(Arc::new(schedule(ops, options)), recompile)
+        let plan = Arc::new(schedule(ops, options));
+        let family = self
+            .families
+            .get_mut(&family_key)
+            .expect("the family was found or made above");
+        family.symbolic = is_symbolic.then(|| Template {
+            plan: plan.clone(),
+            class_of,
+            classes,
+        });
+        Found::Compiled(plan, recompile)
     }
 
     /// Number of plans held.
@@ -354,8 +581,33 @@ fn eager_plan(ops: &[OperationIr]) -> Plan {
             matmul: None,
             attention: None,
             memory_planning: false,
+            symbolic_sizes: &[],
         },
     )
+}
+
+/// The values, in this graph, of the sizes its symbolic plan takes at run time: those of its
+/// fused groups' symbolic dimensions, read from the group's outputs (sorted, distinct).
+fn symbolic_values(plan: &Plan, ops: &[OperationIr]) -> Vec<u64> {
+    let mut values: Vec<u64> = Vec::new();
+    for group in plan.pointwise.iter().filter(|g| g.symbolic()) {
+        let Some(slot) = group.outputs.first() else {
+            continue;
+        };
+        let Some(out) = ops[slot.op as usize].outputs().nth(slot.pos as usize) else {
+            continue;
+        };
+        let rank = out.shape.num_dims();
+        let row_output = group.kernel.row.as_ref().is_some_and(|r| r.row_outputs[0]);
+        for d in 0..rank {
+            if group.is_dynamic(d) && !(row_output && d + 1 == rank) {
+                values.push(out.shape[d] as u64);
+            }
+        }
+    }
+    values.sort_unstable();
+    values.dedup();
+    values
 }
 
 /// Most changed sizes a recompile message lists.

@@ -24,7 +24,10 @@ use crate::config::CompileConfig;
 use crate::diagnostics::KernelBuild;
 use burn_backend::DType;
 use burn_backend::{TensorData, TensorMetadata};
-use burn_compile_codegen_c::{CFunction, KernelFn, Toolchain, Unit, c_function, c_unit};
+use burn_compile_codegen_c::{
+    CFunction, KernelFn, Toolchain, Unit, c_function, c_symbolic_function, c_unit, symbolic_args,
+    symbolic_layout, symbolic_tasks,
+};
 use burn_compile_schedule::PointwiseKernel;
 use burn_flex::FlexTensor;
 use burn_ndarray::NdArrayTensor;
@@ -37,15 +40,20 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-/// What a C function is specialized on besides its kernel: the iteration shape, and each
-/// input's strides (0 where it is not walked: a broadcast dimension or one of size 1).
-type Layout = (Vec<usize>, Vec<Vec<isize>>);
+/// What a C function is specialized on besides its kernel: the iteration shape, each input's
+/// strides (0 where it is not walked: a broadcast dimension or one of size 1), and which
+/// dimensions are symbolic (empty: none; a symbolic function's layout is normalized by
+/// `symbolic_layout`, its sizes and strides read at each call).
+type Layout = (Vec<usize>, Vec<Vec<isize>>, Vec<bool>);
 
 /// A built kernel.
 struct Built {
     function: KernelFn,
+    /// A specialized function's tasks and whether they split among threads (a symbolic
+    /// function's are those of each call).
     tasks: usize,
     parallel: bool,
+    symbolic: bool,
     /// The shared object holding `function`.
     _unit: Arc<Unit>,
 }
@@ -284,6 +292,7 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
         scalars: &[f64],
         _into: &[Option<&T>],
         _vectorize: bool,
+        dynamic: &[bool],
     ) -> Result<Option<Vec<T>>, String> {
         let dims = shape.as_slice();
         let rank = dims.len();
@@ -305,7 +314,14 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                     .collect::<Vec<isize>>(),
             );
         }
-        let layout: Layout = (dims.to_vec(), strides);
+        let symbolic = dynamic.iter().any(|d| *d);
+        let (layout, extra): (Layout, Vec<f64>) = if symbolic {
+            let normalized = symbolic_layout(kernel, dynamic, dims, &strides);
+            let args = symbolic_args(dynamic, &normalized, dims, &strides);
+            ((normalized.0, normalized.1, dynamic.to_vec()), args)
+        } else {
+            ((dims.to_vec(), strides, Vec::new()), Vec::new())
+        };
         let built = {
             let mut state = self.state();
             let known = state.entries.get(kernel).and_then(|l| l.get(&layout));
@@ -316,7 +332,12 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                     // First meeting of this kernel and layout: its C, built at the end of
                     // the replay.
                     let name = format!("k{}", state.pending.len());
-                    let function = c_function(&name, kernel, dims, &layout.1);
+                    let function = if symbolic {
+                        let normalized = (layout.0.clone(), layout.1.clone());
+                        c_symbolic_function(&name, kernel, dynamic, &normalized)
+                    } else {
+                        c_function(&name, kernel, dims, &layout.1)
+                    };
                     let entry = match &function {
                         Ok(_) => Entry::Pending,
                         Err(_) => Entry::Failed,
@@ -350,18 +371,24 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
             .iter()
             .map(|s| Output::new(kernel.dtype, s.num_elements()))
             .collect();
+        let mut call_scalars = scalars.to_vec();
+        call_scalars.extend(extra);
         let call = Call {
             inputs: call_inputs,
             outputs: outputs.iter_mut().map(Output::pointer).collect(),
-            scalars: scalars.to_vec(),
+            scalars: call_scalars,
         };
         // SAFETY: the function was generated for this kernel over these shapes and these
         // inputs' strides (the key), reading each input from its view's first element; the
         // outputs have room for every element it writes; the ranges split `0..tasks`.
         let run = |begin: usize, end: usize| unsafe { call.run(&built, begin, end) };
-        let tasks = built.tasks;
+        let (tasks, parallel) = if built.symbolic {
+            symbolic_tasks(kernel, dims)
+        } else {
+            (built.tasks, built.parallel)
+        };
         let threads = rayon::current_num_threads();
-        if built.parallel && threads > 1 {
+        if parallel && threads > 1 {
             // A few chunks per thread: rows cost alike, but a thread may be late to start.
             let chunks = (threads * 4).min(tasks);
             (0..chunks)
@@ -427,12 +454,14 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
             functions
                 .iter()
                 .enumerate()
-                .map(|(i, f)| {
+                .zip(&keys)
+                .map(|((i, f), (_, layout))| {
                     let function = unit.kernel(&format!("k{i}")).map_err(|e| e.to_string())?;
                     Ok(Arc::new(Built {
                         function,
                         tasks: f.tasks,
                         parallel: f.parallel,
+                        symbolic: layout.2.iter().any(|d| *d),
                         _unit: unit.clone(),
                     }))
                 })

@@ -475,13 +475,23 @@ impl<B: BackendIr> InnerDevice<B> {
             return Err("failure injected (inject_kernel_failure)".into());
         }
         let vectorize = self.vectorize.load(Ordering::Relaxed);
+        // A symbolic group runs over this graph's own sizes (the plan holds those of the graph
+        // it was scheduled from).
+        let current;
+        let shape = if group.symbolic() {
+            current = current_shape(group, ops);
+            &current
+        } else {
+            &group.shape
+        };
         let Some(outputs) = target.pointwise(
             &group.kernel,
-            &group.shape,
+            shape,
             &inputs,
             &scalars,
             into,
             vectorize,
+            &group.dynamic,
         )?
         else {
             return Ok(false);
@@ -635,4 +645,46 @@ fn float_input<B: BackendIr>(
         handle,
         shape: t.shape.clone(),
     })
+}
+
+/// The iteration shape of a symbolic group in the graph being replayed: each dimension from a
+/// tensor of the group that spans it (a full output, a row output's leading dimensions, or an
+/// input not broadcast along it); the plan's size where none does (a dimension no symbolic
+/// size reaches: the guards keep it).
+fn current_shape(group: &PointwiseGroup, ops: &[OperationIr]) -> burn_std::Shape {
+    let input = |slot: &burn_compile_schedule::Slot| {
+        ops[slot.op as usize]
+            .inputs()
+            .nth(slot.pos as usize)
+            .expect("slot within the operation")
+    };
+    let output = |slot: &burn_compile_schedule::Slot| {
+        ops[slot.op as usize]
+            .outputs()
+            .nth(slot.pos as usize)
+            .expect("slot within the operation")
+    };
+    let mut shape = group.shape.clone();
+    let rank = shape.num_dims();
+    let row_outputs = group.kernel.row.as_ref().map(|r| &r.row_outputs);
+    for d in 0..rank {
+        let full = group.outputs.iter().enumerate().find_map(|(o, slot)| {
+            let row_output = row_outputs.is_some_and(|r| r[o]);
+            (!row_output || d + 1 < rank).then(|| output(slot).shape[d])
+        });
+        let size = full.or_else(|| {
+            group
+                .inputs
+                .iter()
+                .zip(&group.kernel.inputs)
+                .find(|(_, broadcast)| !broadcast[d])
+                .map(|(slot, _)| input(slot).shape[d])
+        });
+        if let Some(size) = size {
+            shape[d] = size;
+        } else {
+            debug_assert!(!group.is_dynamic(d), "a symbolic dimension no tensor spans");
+        }
+    }
+    shape
 }

@@ -47,7 +47,9 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
     /// yet (it builds it at the end of the replay, [`KernelTarget::finish_replay`]) or its
     /// build failed (reported then): the caller runs the operations; or why the kernel could
     /// not be compiled or launched. `vectorize`: vector loads and stores where the buffers
-    /// allow (else scalar code).
+    /// allow (else scalar code). `dynamic` (empty: none): the dimensions of a symbolic plan's
+    /// kernel whose sizes it takes as runtime arguments, so one kernel serves all their sizes.
+    #[allow(clippy::too_many_arguments)]
     fn pointwise(
         &self,
         kernel: &PointwiseKernel,
@@ -56,6 +58,7 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
         scalars: &[f64],
         into: &[Option<&T>],
         vectorize: bool,
+        dynamic: &[bool],
     ) -> Result<Option<Vec<T>>, String>;
 
     /// Takes the device's config (the compiler and flags of a target that builds kernels).
@@ -223,9 +226,10 @@ mod cuda {
             scalars: &[f64],
             into: &[Option<&Tensor>],
             vectorize: bool,
+            dynamic: &[bool],
         ) -> Result<Option<Vec<Tensor>>, String> {
             self.kernels
-                .pointwise(kernel, shape, inputs, scalars, into, vectorize)
+                .pointwise(kernel, shape, inputs, scalars, into, vectorize, dynamic)
         }
 
         fn reshape_copy(&self, input: &Tensor, shape: &Shape) -> Option<Tensor> {
@@ -440,7 +444,16 @@ mod cube {
                     )
                 })
                 .collect();
-            if !launch_any(&first.client, &kernel, &inputs, &[], &copies, &shape, true) {
+            if !launch_any(
+                &first.client,
+                &kernel,
+                &inputs,
+                &[],
+                &copies,
+                &shape,
+                true,
+                &[],
+            ) {
                 // No generated kernel for this dtype: the inner backend's copy.
                 for (i, _, _, _) in &group {
                     out[*i] = Some(burn_cubecl::kernel::into_contiguous(tensors[*i].clone()));
@@ -507,6 +520,7 @@ mod cube {
             &outputs,
             &shape,
             true,
+            &[],
         )
         .then(|| outputs.into_iter().next().expect("one output"))
     }
@@ -558,7 +572,9 @@ mod cube {
     /// ([`LaunchLayout`]: buffers as plain arrays, no metadata uploaded per launch) and, with
     /// `vectorize`, vectorized where the buffers allow: the widest vector the runtime loads at
     /// once for the dtype (16 bytes on CUDA), narrowed to what every buffer's start is aligned
-    /// to.
+    /// to. A pointwise kernel with `dynamic` dimensions is the symbolic kernel of all their
+    /// sizes (`launch_pointwise`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch_any<R: CubeRuntime>(
         client: &ComputeClient<R>,
         kernel: &PointwiseKernel,
@@ -567,6 +583,7 @@ mod cube {
         outputs: &[CubeTensor<R>],
         shape: &Shape,
         vectorize: bool,
+        dynamic: &[bool],
     ) -> bool {
         let strides: Vec<&[usize]> = inputs.iter().map(|t| &t.meta.strides()[..]).collect();
         let mut layout = LaunchLayout::new(kernel, shape.as_slice(), &strides);
@@ -594,10 +611,14 @@ mod cube {
         };
         let (ins, outs) = (buffers(inputs), buffers(outputs));
         match kernel.dtype {
-            DType::F32 => launch::<R, f32>(client, kernel, &layout, ins, scalars, outs),
-            DType::F16 => launch::<R, half::f16>(client, kernel, &layout, ins, scalars, outs),
-            DType::BF16 => launch::<R, half::bf16>(client, kernel, &layout, ins, scalars, outs),
-            DType::F64 => launch::<R, f64>(client, kernel, &layout, ins, scalars, outs),
+            DType::F32 => launch::<R, f32>(client, kernel, &layout, ins, scalars, outs, dynamic),
+            DType::F16 => {
+                launch::<R, half::f16>(client, kernel, &layout, ins, scalars, outs, dynamic)
+            }
+            DType::BF16 => {
+                launch::<R, half::bf16>(client, kernel, &layout, ins, scalars, outs, dynamic)
+            }
+            DType::F64 => launch::<R, f64>(client, kernel, &layout, ins, scalars, outs, dynamic),
             _ => return false,
         }
         if layout.vector > 1 {
@@ -615,13 +636,16 @@ mod cube {
         inputs: Vec<(Handle, usize)>,
         scalars: &[f64],
         outputs: Vec<(Handle, usize)>,
+        dynamic: &[bool],
     ) {
         let scalars = scalars.iter().map(|s| E::from_elem(*s)).collect();
         // SAFETY: the schedule built the kernel from these tensors' shapes (each input broadcasts
         // to the iteration shape, the outputs have it and are contiguous) and dtype (dispatched
         // by the caller); the layout holds the inputs' own strides, and a vector width that
         // every buffer's start is aligned to.
-        unsafe { launch_pointwise::<R, E>(client, kernel, layout, inputs, scalars, outputs) };
+        unsafe {
+            launch_pointwise::<R, E>(client, kernel, layout, inputs, scalars, outputs, dynamic)
+        };
     }
 
     impl<R: CubeRuntime> KernelTarget<CubeTensor<R>> for CubeTarget<R> {
@@ -679,7 +703,24 @@ mod cube {
             scalars: &[f64],
             into: &[Option<&CubeTensor<R>>],
             vectorize: bool,
+            dynamic: &[bool],
         ) -> Result<Option<Vec<CubeTensor<R>>>, String> {
+            // A symbolic plan's row kernel is specialized on each shape it meets (its units and
+            // rows per cube follow the row length): the row layout of this shape.
+            let respecialized;
+            let (kernel, dynamic) = match &kernel.row {
+                Some(row) if dynamic.iter().any(|d| *d) => {
+                    respecialized = PointwiseKernel {
+                        row: Some(burn_compile_schedule::RowLayout::new(
+                            shape.as_slice().to_vec(),
+                            row.row_outputs.clone(),
+                        )),
+                        ..kernel.clone()
+                    };
+                    (&respecialized, &[][..])
+                }
+                _ => (kernel, dynamic),
+            };
             let step = if kernel.row.is_some() {
                 "kernel (row)"
             } else {
@@ -700,6 +741,7 @@ mod cube {
                         &outputs,
                         shape,
                         vectorize,
+                        dynamic,
                     );
                     assert!(
                         launched,
