@@ -1,29 +1,56 @@
 //! A variable-length inference loop: W1 (small by default) forward passes whose sequence length
-//! is drawn from a fixed list, on `Compiled<Flex>` against eager Flex, side by side in one
-//! process on the same inputs and weights. Each length is a specialization of the forward's
-//! graph family: the first pass at a length compiles (a recompile of the family after the
-//! first), later passes at it replay its cached plan and C kernels. The example reports how
-//! many graphs compiled, recompiled and ran past `recompile_limit` during the timed loops.
+//! is drawn from a fixed list, eager against `Compiled` in three shape modes, side by side in
+//! one process on the same inputs and weights:
+//!
+//! - `specialized` (`DynamicShapes::Never`): each length is its own compile of the forward's
+//!   graph family, with kernels specialized on every size;
+//! - `auto` (the default, `DynamicShapes::Auto`): the first length compiles specialized, the
+//!   second recompiles with the sizes that changed symbolic, and later lengths reuse that plan;
+//! - `symbolic` (`DynamicShapes::Always`): one symbolic plan and one kernel per fused group
+//!   from the first pass, for every length.
+//!
+//! - `plain`: `specialized` without attention kernels and the memory slab, which symbolic plans
+//!   do without (both are sized per problem).
+//!
+//! The plain-vs-symbolic ratio compares kernels with constant sizes against kernels that read
+//! them at run time, over the same shapes and the same plan features. The example reports, per mode, the warm-up's
+//! compiles and kernel builds, and checks that the timed loops compile nothing.
 //!
 //! ```text
 //! cargo run --release -p burn-compile-examples --example variable_length [-- --steps 60 --full]
+//! # CUDA (the H200): the same loop on Compiled<Cuda> against Cuda
+//! CUDARC_CUDA_VERSION=13000 cargo build --release -p burn-compile-examples --example variable_length --features cuda
 //! ```
 //!
 //! Timing: the whole loop (every pass read back to host, as an inference server returns each
 //! result), after a warm-up pass over every length; 3 rounds per side, alternating, the median
-//! round printed with the ratio. The first-pass cost (compiles, C builds) is printed apart.
+//! round printed with the ratio. The first-pass cost (compiles, kernel builds) is printed apart.
 //! Every compiled output is compared with eager's (relative 1e-4 of the output's scale).
 
 use burn::module::Module;
 use burn::nn::transformer::TransformerEncoder;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
-use burn_compile::{Compiled, metrics};
+use burn_compile::{CompileConfig, Compiled, DynamicShapes, configure, metrics};
 use burn_compile_examples::{CollectWeights, encoder_config, forward, input_data, model_with};
-use burn_flex::Flex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-type C = Compiled<Flex>;
+#[cfg(feature = "cuda")]
+type Inner = burn_cuda::Cuda<f32, i32>;
+#[cfg(not(feature = "cuda"))]
+type Inner = burn_flex::Flex;
+
+type C = Compiled<Inner>;
+
+/// The shape modes compared, by name: `dynamic`, and whether attention kernels and the memory
+/// slab are allowed (a symbolic plan has neither: `plain` is the specialized plan without them,
+/// so that `plain` vs `symbolic` compares only constant sizes against runtime ones).
+const MODES: [(&str, DynamicShapes, bool); 4] = [
+    ("specialized", DynamicShapes::Never, true),
+    ("plain", DynamicShapes::Never, false),
+    ("auto", DynamicShapes::Auto, true),
+    ("symbolic", DynamicShapes::Always, true),
+];
 
 /// The sequence lengths the loop draws from.
 const LENGTHS: [usize; 5] = [16, 24, 32, 48, 64];
@@ -45,8 +72,8 @@ fn main() {
     let config = encoder_config(d_model, d_ff, heads, layers);
     let device = Default::default();
     let mut weights = CollectWeights(Vec::new());
-    config.init::<Flex>(&device).visit(&mut weights);
-    let eager = model_with::<Flex>(&config, &weights.0, &device);
+    config.init::<Inner>(&device).visit(&mut weights);
+    let eager = model_with::<Inner>(&config, &weights.0, &device);
     let compiled = model_with::<C>(&config, &weights.0, &device);
 
     // The lengths of the loop: a fixed pseudo-random draw from the list.
@@ -64,55 +91,80 @@ fn main() {
         .map(|&s| input_data([batch, s, d_model], s as u64))
         .collect();
     let input_of = |s: usize| inputs[LENGTHS.iter().position(|l| *l == s).unwrap()].clone();
+    let mode_config = |dynamic, extras: bool| CompileConfig {
+        dynamic,
+        attention: extras,
+        memory_planning: extras,
+        ..CompileConfig::default()
+    };
 
-    // First pass at every length: compiles (and C builds) on the compiled side.
-    let before = metrics();
-    let start = Instant::now();
-    for &s in &LENGTHS {
-        let got = forward(&compiled, &Tensor::<C, 3>::from_data(input_of(s), &device)).into_data();
-        let want = forward(&eager, &Tensor::<Flex, 3>::from_data(input_of(s), &device)).into_data();
-        check(s, &got, &want);
+    println!(
+        "variable-length W1{} forward on {}, batch {batch}, lengths {LENGTHS:?}, {steps} passes per loop",
+        if full { "" } else { "-small" },
+        std::any::type_name::<Inner>()
+    );
+    // Warm-up of each mode: every length twice (a graph's CPU kernels are built at the end of
+    // its first replay, a GPU kernel at its first launch; Burn's autotune runs then too).
+    let _ = time_loop(&eager, &LENGTHS, &input_of);
+    for (name, dynamic, extras) in MODES {
+        configure(&device, mode_config(dynamic, extras));
+        let before = metrics();
+        let start = Instant::now();
+        for &s in &LENGTHS {
+            let got =
+                forward(&compiled, &Tensor::<C, 3>::from_data(input_of(s), &device)).into_data();
+            let want =
+                forward(&eager, &Tensor::<Inner, 3>::from_data(input_of(s), &device)).into_data();
+            check(name, s, &got, &want);
+        }
+        for &s in &LENGTHS {
+            let _ =
+                forward(&compiled, &Tensor::<C, 3>::from_data(input_of(s), &device)).into_data();
+        }
+        let warm = metrics().since(&before);
+        println!(
+            "  {name:>11} warm-up (every length twice): {:.2?}; {} compile(s), {} of them \
+             recompile(s), {} C build(s), {} graph(s) symbolic",
+            start.elapsed(),
+            warm.cache_misses,
+            warm.recompiles,
+            warm.kernel_builds,
+            warm.symbolic_graphs
+        );
     }
-    // A second pass: the C kernels are built at the end of a graph's first replay.
-    for &s in &LENGTHS {
-        let _ = forward(&compiled, &Tensor::<C, 3>::from_data(input_of(s), &device)).into_data();
-    }
-    let first = start.elapsed();
-    let warm = metrics().since(&before);
 
-    let before = metrics();
-    let (mut c, mut e) = (Vec::new(), Vec::new());
+    // Timed loops, alternating sides, 3 rounds.
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); MODES.len() + 1];
+    let mut compiles = 0;
     for _ in 0..3 {
-        e.push(time_loop(&eager, &schedule, &input_of));
-        c.push(time_loop(&compiled, &schedule, &input_of));
+        times[0].push(time_loop(&eager, &schedule, &input_of));
+        for (m, (_, dynamic, extras)) in MODES.iter().enumerate() {
+            configure(&device, mode_config(*dynamic, *extras));
+            let before = metrics();
+            times[m + 1].push(time_loop(&compiled, &schedule, &input_of));
+            compiles += metrics().since(&before).cache_misses;
+        }
     }
-    let timed = metrics().since(&before);
-    c.sort();
-    e.sort();
-    let (c, e) = (c[1], e[1]);
-    let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / steps as f64;
+    let median = |t: &mut Vec<Duration>| {
+        t.sort();
+        t[1]
+    };
+    let medians: Vec<Duration> = times.iter_mut().map(median).collect();
+    let per = |d: Duration| d.as_secs_f64() * 1e3 / steps as f64;
+    println!("  loop: eager {:.3} ms/pass", per(medians[0]));
+    for (m, (name, _, _)) in MODES.iter().enumerate() {
+        println!(
+            "  loop: {name:>11} {:.3} ms/pass, speedup vs eager {:.2}x",
+            per(medians[m + 1]),
+            medians[0].as_secs_f64() / medians[m + 1].as_secs_f64()
+        );
+    }
     println!(
-        "variable-length W1{} forward, batch {batch}, lengths {LENGTHS:?}, {steps} passes per loop",
-        if full { "" } else { "-small" }
+        "  plain specialized / symbolic, same shapes and plan features: {:.2}x (above 1: symbolic faster)",
+        medians[2].as_secs_f64() / medians[4].as_secs_f64()
     );
-    println!(
-        "  warm-up (every length twice): {:.2?}; {} compile(s), {} of them recompile(s), {} C build(s)",
-        first, warm.cache_misses, warm.recompiles, warm.kernel_builds
-    );
-    println!(
-        "  loop: eager {:.3} ms/pass, compiled {:.3} ms/pass, speedup {:.2}x",
-        per(e),
-        per(c),
-        e.as_secs_f64() / c.as_secs_f64()
-    );
-    println!(
-        "  during the timed loops: {} compile(s), {} graph(s) past recompile_limit",
-        timed.cache_misses, timed.past_recompile_limit
-    );
-    assert_eq!(
-        timed.cache_misses, 0,
-        "every length was compiled in the warm-up"
-    );
+    println!("  during the timed loops: {compiles} compile(s)");
+    assert_eq!(compiles, 0, "every length was compiled in the warm-up");
 }
 
 /// One loop over `schedule`'s lengths, every pass read back.
@@ -120,7 +172,7 @@ fn time_loop<B: Backend>(
     model: &TransformerEncoder<B>,
     schedule: &[usize],
     input_of: &dyn Fn(usize) -> TensorData,
-) -> std::time::Duration {
+) -> Duration {
     let device = Default::default();
     let start = Instant::now();
     for &s in schedule {
@@ -129,7 +181,7 @@ fn time_loop<B: Backend>(
     start.elapsed()
 }
 
-fn check(s: usize, got: &TensorData, want: &TensorData) {
+fn check(mode: &str, s: usize, got: &TensorData, want: &TensorData) {
     let (g, w) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
     let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
     let worst = g
@@ -138,6 +190,6 @@ fn check(s: usize, got: &TensorData, want: &TensorData) {
         .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
     assert!(
         worst <= 1e-4 * scale,
-        "length {s}: compiled differs from eager by {worst} (scale {scale})"
+        "{mode}, length {s}: compiled differs from eager by {worst} (scale {scale})"
     );
 }
