@@ -17,7 +17,7 @@
 //! compiles and kernel builds, and checks that the timed loops compile nothing.
 //!
 //! ```text
-//! cargo run --release -p burn-compile-examples --example variable_length [-- --steps 60 --full]
+//! cargo run --release -p burn-compile-examples --example variable_length [-- --steps 60 --full --mode symbolic]
 //! # CUDA (the H200): the same loop on Compiled<Cuda> against Cuda
 //! CUDARC_CUDA_VERSION=13000 cargo build --release -p burn-compile-examples --example variable_length --features cuda
 //! ```
@@ -25,7 +25,8 @@
 //! Timing: the whole loop (every pass read back to host, as an inference server returns each
 //! result), after a warm-up pass over every length; 3 rounds per side, alternating, the median
 //! round printed with the ratio. The first-pass cost (compiles, kernel builds) is printed apart.
-//! Every compiled output is compared with eager's (relative 1e-4 of the output's scale).
+//! Every compiled output is compared with eager's: within 1e-4 of the output's scale on the CPU,
+//! 5e-3 on CUDA (cuBLASLt and Burn's own matmul sum in other orders).
 
 use burn::module::Module;
 use burn::nn::transformer::TransformerEncoder;
@@ -64,6 +65,22 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(40);
     let full = args.iter().any(|a| a == "--full");
+    // `--mode NAME`: that mode alone (its warm-up then pays the first compiles of its own
+    // kernels, not reusing another mode's).
+    let only: Option<String> = args
+        .iter()
+        .position(|a| a == "--mode")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let modes: Vec<(&str, DynamicShapes, bool)> = MODES
+        .iter()
+        .copied()
+        .filter(|(name, _, _)| only.as_deref().is_none_or(|o| o == *name))
+        .collect();
+    assert!(
+        !modes.is_empty(),
+        "--mode: one of specialized, plain, auto, symbolic"
+    );
     let (d_model, d_ff, heads, layers, batch) = if full {
         (512, 2048, 8, 6, 8)
     } else {
@@ -106,7 +123,7 @@ fn main() {
     // Warm-up of each mode: every length twice (a graph's CPU kernels are built at the end of
     // its first replay, a GPU kernel at its first launch; Burn's autotune runs then too).
     let _ = time_loop(&eager, &LENGTHS, &input_of);
-    for (name, dynamic, extras) in MODES {
+    for &(name, dynamic, extras) in &modes {
         configure(&device, mode_config(dynamic, extras));
         let before = metrics();
         let start = Instant::now();
@@ -134,11 +151,11 @@ fn main() {
     }
 
     // Timed loops, alternating sides, 3 rounds.
-    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); MODES.len() + 1];
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); modes.len() + 1];
     let mut compiles = 0;
     for _ in 0..3 {
         times[0].push(time_loop(&eager, &schedule, &input_of));
-        for (m, (_, dynamic, extras)) in MODES.iter().enumerate() {
+        for (m, (_, dynamic, extras)) in modes.iter().enumerate() {
             configure(&device, mode_config(*dynamic, *extras));
             let before = metrics();
             times[m + 1].push(time_loop(&compiled, &schedule, &input_of));
@@ -152,17 +169,20 @@ fn main() {
     let medians: Vec<Duration> = times.iter_mut().map(median).collect();
     let per = |d: Duration| d.as_secs_f64() * 1e3 / steps as f64;
     println!("  loop: eager {:.3} ms/pass", per(medians[0]));
-    for (m, (name, _, _)) in MODES.iter().enumerate() {
+    for (m, (name, _, _)) in modes.iter().enumerate() {
         println!(
             "  loop: {name:>11} {:.3} ms/pass, speedup vs eager {:.2}x",
             per(medians[m + 1]),
             medians[0].as_secs_f64() / medians[m + 1].as_secs_f64()
         );
     }
-    println!(
-        "  plain specialized / symbolic, same shapes and plan features: {:.2}x (above 1: symbolic faster)",
-        medians[2].as_secs_f64() / medians[4].as_secs_f64()
-    );
+    if modes.len() == MODES.len() {
+        println!(
+            "  plain specialized / symbolic, same shapes and plan features: {:.2}x (above 1: \
+             symbolic faster)",
+            medians[2].as_secs_f64() / medians[4].as_secs_f64()
+        );
+    }
     println!("  during the timed loops: {compiles} compile(s)");
     assert_eq!(compiles, 0, "every length was compiled in the warm-up");
 }
@@ -188,8 +208,11 @@ fn check(mode: &str, s: usize, got: &TensorData, want: &TensorData) {
         .iter()
         .zip(&w)
         .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    // CPU: the C kernels and Flex agree to rounding. CUDA: matmuls run in cuBLASLt (compiled)
+    // and in Burn's CubeCL matmul (eager), which sum in other orders (w1_bench's tolerance).
+    let relative = if cfg!(feature = "cuda") { 5e-3 } else { 1e-4 };
     assert!(
-        worst <= 1e-4 * scale,
+        worst <= relative * scale,
         "{mode}, length {s}: compiled differs from eager by {worst} (scale {scale})"
     );
 }
