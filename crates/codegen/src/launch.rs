@@ -23,8 +23,8 @@ use cubecl::server::Handle;
 ///
 /// `dynamic` (empty: none) names the dimensions whose sizes the kernel takes as runtime
 /// arguments ([`LaunchLayout::symbolic`]): the kernel launched is then the one of every size of
-/// those dimensions, compiled once. Row kernels are always specialized (`dynamic` must be empty
-/// for them: the caller builds the row layout of each shape).
+/// those dimensions, compiled once (a row kernel keeps its units per row; where its rows are
+/// symbolic, a cube holds one row).
 pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
     client: &ComputeClient<R>,
     kernel: &PointwiseKernel,
@@ -54,12 +54,15 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
         kernel.inputs.len(),
         "strides per kernel input"
     );
-    let cube_dim = cube_dim(kernel);
     let symbolic = dynamic.iter().any(|d| *d);
-    assert!(
-        !(symbolic && kernel.row.is_some()),
-        "row kernels are specialized on their shape"
-    );
+    let normalized;
+    let kernel = if symbolic && kernel.row.is_some() {
+        normalized = crate::symbolic_kernel(kernel, dynamic);
+        &normalized
+    } else {
+        kernel
+    };
+    let cube_dim = cube_dim(kernel);
     let (spec, meta) = if symbolic {
         let (spec_layout, meta) = layout.symbolic(kernel, dynamic);
         (KernelSpec::cached(kernel, &spec_layout), meta)
@@ -85,12 +88,16 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
     // Sequences collected at each call: their vector type names the kernel's own size marker.
     let narrow_in: SequenceArg<R, Array<E>> = narrow_in.into_iter().collect();
     let scalars: SequenceArg<R, E> = scalars.into_iter().collect();
+    let meta: SequenceArg<R, u32> = meta.into_iter().collect();
     if let Some(rows) = &kernel.row {
-        assert_eq!(rows.shape, layout.shape, "a row kernel over its own shape");
+        if !symbolic {
+            assert_eq!(rows.shape, layout.shape, "a row kernel over its own shape");
+        }
         let narrow_out: SequenceArg<R, Array<E>> = narrow_out.into_iter().collect();
-        // `rows_per_cube` rows per cube; past 65535 cubes (wgpu's limit per dimension) the
-        // grid spills into y.
-        let cubes = rows.rows().div_ceil(rows.rows_per_cube as usize);
+        // `rows_per_cube` rows per cube (of this launch's rows); past 65535 cubes (wgpu's limit
+        // per dimension) the grid spills into y.
+        let real_rows: usize = layout.shape[..layout.shape.len() - 1].iter().product();
+        let cubes = real_rows.div_ceil(rows.rows_per_cube as usize);
         let x = cubes.clamp(1, 65535);
         let cube_count = CubeCount::Static(x as u32, cubes.div_ceil(x) as u32, 1);
         let reduction = Reduction::for_device(client.properties(), rows);
@@ -103,6 +110,7 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
                 wide_in.into_iter().collect(),
                 narrow_in,
                 scalars,
+                meta,
                 wide_out.into_iter().collect(),
                 narrow_out,
                 spec,
@@ -114,7 +122,6 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
     // The real layout's units, also for a symbolic kernel (its own layout holds no sizes).
     let cubes = (layout.len() / vector).div_ceil(POINTWISE_CUBE as usize) as u32;
     let cube_count = CubeCount::Static(cubes.max(1), 1, 1);
-    let meta: SequenceArg<R, u32> = meta.into_iter().collect();
     unsafe {
         pointwise::launch_unchecked::<E, R>(
             client,

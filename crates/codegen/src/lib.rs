@@ -407,6 +407,30 @@ impl core::fmt::Debug for KernelSpec {
     }
 }
 
+/// The kernel a symbolic launch of `kernel` compiles ([`launch_pointwise`] with `dynamic`): a
+/// pointwise kernel as it is; a row kernel over its row layout with the symbolic sizes left out
+/// (0), and one row per cube where the rows are symbolic (so no cube is partly past them).
+/// Its units per row stay those of the plan's kernel.
+pub fn symbolic_kernel(kernel: &PointwiseKernel, dynamic: &[bool]) -> PointwiseKernel {
+    let Some(row) = &kernel.row else {
+        return kernel.clone();
+    };
+    let is_dynamic = |d: usize| dynamic.get(d).copied().unwrap_or(false);
+    let rank = row.shape.len();
+    let dynamic_rows = (0..rank.saturating_sub(1)).any(is_dynamic);
+    PointwiseKernel {
+        row: Some(burn_compile_schedule::RowLayout {
+            shape: (0..rank)
+                .map(|d| if is_dynamic(d) { 0 } else { row.shape[d] })
+                .collect(),
+            units: row.units,
+            rows_per_cube: if dynamic_rows { 1 } else { row.rows_per_cube },
+            row_outputs: row.row_outputs.clone(),
+        }),
+        ..kernel.clone()
+    }
+}
+
 /// The widest vector, up to `cap` elements, at which buffers starting at these element
 /// `offsets` are all aligned (a vector access must start at a multiple of its size).
 pub fn widest_aligned(cap: usize, offsets: impl IntoIterator<Item = usize>) -> usize {
@@ -482,6 +506,9 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
     let wide_inputs = kernel.inputs.len() - narrow_inputs;
     let wide_outputs = kernel.outputs as usize - narrow_outputs;
     let spec = KernelSpec::new(kernel.clone(), layout.clone());
+    let meta = || -> SequenceCompilationArg<u32> {
+        layout.meta_entries(kernel).iter().map(|_| ()).collect()
+    };
     if let Some(row) = &kernel.row {
         // As the device the stub stands for would launch it.
         let reduction = Reduction::for_device(&properties, row);
@@ -491,6 +518,7 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
             array_args(wide_inputs),
             arrays(narrow_inputs),
             scalars(),
+            meta(),
             array_args(wide_outputs),
             arrays(narrow_outputs),
             // The kernel's vector size (a `Size` generic), then its comptime arguments.
@@ -500,15 +528,13 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
         );
         (k.define(), k.address_type())
     } else {
-        let meta: SequenceCompilationArg<u32> =
-            layout.meta_entries(kernel).iter().map(|_| ()).collect();
         let k = pointwise::pointwise::Pointwise::<E, OfflineRuntime<Fl>>::new(
             settings,
             client,
             array_args(wide_inputs),
             arrays(narrow_inputs),
             scalars(),
-            meta,
+            meta(),
             array_args(wide_outputs),
             layout.vector,
             spec,

@@ -19,14 +19,18 @@
 //! vector's elements (in order) and then the row's units, an input broadcast along the row is
 //! read once and splatted, and a row output is written as one element.
 //!
-//! The inputs' strides are the launch's [`LaunchLayout`], constants of the generated code.
+//! The inputs' strides are the launch's [`LaunchLayout`], constants of the generated code. In a
+//! symbolic layout ([`LaunchLayout::symbolic`]) the number of rows, the row length, the row
+//! coordinates' sizes and the strides are read from the kernel's `meta` arguments instead: a
+//! cube then holds one row when the rows are symbolic (a cube is never partly past them), and a
+//! row of symbolic length is always streamed, its mean divided by the runtime length.
 
 use burn_compile_schedule::{Instr, PointwiseKernel, ReduceOp, RowLayout};
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 
-use crate::pointwise::compute;
-use crate::{KernelSpec, LaunchLayout};
+use crate::pointwise::{compute, launch_value};
+use crate::{KernelSpec, LaunchLayout, Meta, RUNTIME};
 
 /// Most columns per unit whose values stay in registers between phases.
 pub const KEPT: usize = 32;
@@ -101,6 +105,7 @@ pub fn row<F: Float + ScalarArgType, N: Size>(
     inputs: &Sequence<Array<Vector<F, N>>>,
     narrow: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
+    meta: &Sequence<u32>,
     outputs: &mut Sequence<Array<Vector<F, N>>>,
     narrow_outputs: &mut Sequence<Array<F>>,
     #[comptime] spec: &KernelSpec,
@@ -113,10 +118,15 @@ pub fn row<F: Float + ScalarArgType, N: Size>(
     let rows = comptime![layout.rows()];
     let units = comptime![layout.units as usize];
     let per_cube = comptime![layout.rows_per_cube as usize];
+    let rows_slot = comptime![launch.meta_slot(&kernel, Meta::Rows)];
     // Whole cubes past the last row (the grid spills into y past 65535 cubes) stop here, all
     // their units together: rows per cube divides the rows, so no cube is partly past them.
     let row = CUBE_POS * per_cube + UNIT_POS_Y as usize;
-    if row >= rows {
+    if comptime![rows_slot.is_some()] {
+        if row >= launch_value(meta, rows_slot, 0usize) {
+            terminate!();
+        }
+    } else if row >= rows {
         terminate!();
     }
 
@@ -134,7 +144,17 @@ pub fn row<F: Float + ScalarArgType, N: Size>(
             let size = comptime![layout.shape[d]];
             let stride = comptime![launch.buffer_stride(&kernel, i, d)];
             if comptime![!broadcast[d]] {
-                offset += ((row / inner) % size) * stride;
+                if comptime![launch.is_symbolic()] {
+                    let inner_slot = comptime![launch.meta_slot(&kernel, Meta::Inner(d))];
+                    let size_slot = comptime![launch.meta_slot(&kernel, Meta::Size(d))];
+                    let stride_slot = comptime![launch.meta_slot(&kernel, Meta::Stride(i, d))];
+                    let inner = launch_value(meta, inner_slot, inner);
+                    let size = launch_value(meta, size_slot, size);
+                    let stride = launch_value(meta, stride_slot, stride);
+                    offset += ((row / inner) % size) * stride;
+                } else {
+                    offset += ((row / inner) % size) * stride;
+                }
             }
         }
         bases.push(offset);
@@ -144,11 +164,14 @@ pub fn row<F: Float + ScalarArgType, N: Size>(
     // generated code's layout deterministic); plane reductions leave it unused.
     let mut shared = SharedMemory::<f32>::new(comptime![units * per_cube]);
     let per_unit = comptime![(layout.columns() / launch.vector).div_ceil(units)];
-    if comptime![per_unit <= KEPT] {
+    // A row of symbolic length has no constant count of columns per unit: it is streamed.
+    let symbolic_columns = comptime![launch.is_dynamic(rank - 1)];
+    if comptime![per_unit <= KEPT && !symbolic_columns] {
         kept::<F, N>(
             inputs,
             narrow,
             scalars,
+            meta,
             outputs,
             narrow_outputs,
             &bases,
@@ -163,6 +186,7 @@ pub fn row<F: Float + ScalarArgType, N: Size>(
             inputs,
             narrow,
             scalars,
+            meta,
             outputs,
             narrow_outputs,
             &bases,
@@ -189,6 +213,7 @@ fn kept<F: Float + ScalarArgType, N: Size>(
     inputs: &Sequence<Array<Vector<F, N>>>,
     narrow: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
+    meta: &Sequence<u32>,
     outputs: &mut Sequence<Array<Vector<F, N>>>,
     narrow_outputs: &mut Sequence<Array<F>>,
     bases: &Sequence<usize>,
@@ -233,6 +258,7 @@ fn kept<F: Float + ScalarArgType, N: Size>(
                 inputs,
                 narrow,
                 scalars,
+                meta,
                 bases,
                 &reduced,
                 clamp(col, columns, ragged),
@@ -280,6 +306,7 @@ fn kept<F: Float + ScalarArgType, N: Size>(
             inputs,
             narrow,
             scalars,
+            meta,
             bases,
             &reduced,
             clamp(col, columns, ragged),
@@ -294,6 +321,7 @@ fn kept<F: Float + ScalarArgType, N: Size>(
                 store::<F, N>(
                     outputs,
                     narrow_outputs,
+                    meta,
                     regs,
                     row,
                     col,
@@ -306,6 +334,7 @@ fn kept<F: Float + ScalarArgType, N: Size>(
             store::<F, N>(
                 outputs,
                 narrow_outputs,
+                meta,
                 regs,
                 row,
                 col,
@@ -344,6 +373,7 @@ fn streamed<F: Float + ScalarArgType, N: Size>(
     inputs: &Sequence<Array<Vector<F, N>>>,
     narrow: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
+    meta: &Sequence<u32>,
     outputs: &mut Sequence<Array<Vector<F, N>>>,
     narrow_outputs: &mut Sequence<Array<F>>,
     bases: &Sequence<usize>,
@@ -355,8 +385,10 @@ fn streamed<F: Float + ScalarArgType, N: Size>(
 ) {
     let layout = comptime![layout(&kernel)];
     let vector = comptime![launch.vector];
-    let columns = comptime![layout.columns() / vector];
     let units = comptime![layout.units as usize];
+    // The row length in vectors: a constant, or a symbolic layout's runtime argument.
+    let columns_slot = comptime![launch.meta_slot(&kernel, Meta::Columns)];
+    let columns = launch_value(meta, columns_slot, comptime![layout.columns() / vector]);
     let lane = UNIT_POS_X as usize;
     let slot = UNIT_POS_Y as usize * units + lane;
     let mut reduced = Sequence::<Vector<F, N>>::new();
@@ -369,8 +401,8 @@ fn streamed<F: Float + ScalarArgType, N: Size>(
         for col in range_stepped(lane, columns, units) {
             let mut regs = Sequence::<Vector<F, N>>::new();
             extend::<F, N>(
-                inputs, narrow, scalars, bases, &reduced, col, kernel, launch, &mut regs, 0usize,
-                at,
+                inputs, narrow, scalars, meta, bases, &reduced, col, kernel, launch, &mut regs,
+                0usize, at,
             );
             let value = *regs.index(a);
             #[unroll]
@@ -379,22 +411,30 @@ fn streamed<F: Float + ScalarArgType, N: Size>(
             }
         }
         let total = reduce_row(shared[slot], shared, op, units, reduction);
-        reduced.push(Vector::new(F::cast_from(finish(
-            total,
-            op,
-            comptime![layout.columns()],
-        ))));
+        if comptime![columns_slot.is_some()] {
+            // A mean over a row of runtime length: its elements are its vectors' elements.
+            let elements = columns * vector;
+            reduced.push(Vector::new(F::cast_from(finish_over(total, op, elements))));
+        } else {
+            reduced.push(Vector::new(F::cast_from(finish(
+                total,
+                op,
+                comptime![layout.columns()],
+            ))));
+        }
     }
 
     let len = comptime![kernel.program.len()];
     for col in range_stepped(lane, columns, units) {
         let mut regs = Sequence::<Vector<F, N>>::new();
         extend::<F, N>(
-            inputs, narrow, scalars, bases, &reduced, col, kernel, launch, &mut regs, 0usize, len,
+            inputs, narrow, scalars, meta, bases, &reduced, col, kernel, launch, &mut regs, 0usize,
+            len,
         );
         store::<F, N>(
             outputs,
             narrow_outputs,
+            meta,
             &regs,
             row,
             col,
@@ -430,6 +470,7 @@ fn extend<F: Float + ScalarArgType, N: Size>(
     inputs: &Sequence<Array<Vector<F, N>>>,
     narrow: &Sequence<Array<F>>,
     scalars: &Sequence<F>,
+    meta: &Sequence<u32>,
     bases: &Sequence<usize>,
     reduced: &Sequence<Vector<F, N>>,
     col: usize,
@@ -454,6 +495,11 @@ fn extend<F: Float + ScalarArgType, N: Size>(
                     regs.push(Vector::new(narrow.index(slot)[base]));
                 } else if comptime![broadcast] {
                     regs.push(inputs.index(slot)[base]);
+                } else if comptime![stride == RUNTIME] {
+                    let stride_slot =
+                        comptime![launch.meta_slot(&kernel, Meta::Stride(input, rank - 1))];
+                    let stride = launch_value(meta, stride_slot, 0usize);
+                    regs.push(inputs.index(slot)[base + col * stride]);
                 } else {
                     regs.push(inputs.index(slot)[base + col * stride]);
                 }
@@ -486,6 +532,7 @@ fn extend<F: Float + ScalarArgType, N: Size>(
 fn store<F: Float + ScalarArgType, N: Size>(
     outputs: &mut Sequence<Array<Vector<F, N>>>,
     narrow_outputs: &mut Sequence<Array<F>>,
+    meta: &Sequence<u32>,
     regs: &Sequence<Vector<F, N>>,
     row: usize,
     col: usize,
@@ -513,6 +560,10 @@ fn store<F: Float + ScalarArgType, N: Size>(
                         }
                     }
                 }
+            } else if comptime![launch.is_dynamic(launch.shape.len() - 1)] {
+                let columns_slot = comptime![launch.meta_slot(&kernel, Meta::Columns)];
+                let columns = launch_value(meta, columns_slot, 0usize);
+                outputs.index_mut(slot)[row * columns + col] = v;
             } else {
                 outputs.index_mut(slot)[row * columns + col] = v;
             }
@@ -533,6 +584,15 @@ fn identity(#[comptime] op: ReduceOp) -> f32 {
 fn finish(total: f32, #[comptime] op: ReduceOp, #[comptime] columns: usize) -> f32 {
     match comptime![op] {
         ReduceOp::Mean => total / f32::cast_from(columns as u32),
+        ReduceOp::Sum | ReduceOp::Max => total,
+    }
+}
+
+/// [`finish`] over a row of runtime length `elements`.
+#[cube]
+fn finish_over(total: f32, #[comptime] op: ReduceOp, elements: usize) -> f32 {
+    match comptime![op] {
+        ReduceOp::Mean => total / f32::cast_from(elements),
         ReduceOp::Sum | ReduceOp::Max => total,
     }
 }

@@ -389,3 +389,32 @@ fn a_symbolic_layout_is_one_kernel_for_every_size() {
     assert_ne!(meta_a, meta_b);
     assert_eq!(meta_a[0], 6 * 128 / 4, "units: the rows' vectors");
 }
+
+/// W1's layer norm symbolic in its rows (`[rows, 512]`, a batch × sequence): the row count and
+/// the row stride are runtime arguments, a cube holds one row (of 32 units), the 512 columns
+/// stay constants (kept in registers, vectors of 4).
+#[test]
+fn row_symbolic_rows_layer_norm() {
+    let k = support::layer_norm(4096, 512);
+    let real = support::layout(&k).vectorize(&k, 4);
+    let dynamic = [true, false];
+    let symbolic = burn_compile_codegen::symbolic_kernel(&k, &dynamic);
+    let row = symbolic.row.as_ref().expect("a row kernel");
+    assert_eq!((row.shape.clone(), row.rows_per_cube), (vec![0, 512], 1));
+    let (layout, _) = real.symbolic(&symbolic, &dynamic);
+    snapshot_over("row_symbolic_rows_layer_norm", &symbolic, &layout);
+}
+
+/// W1's attention softmax symbolic in every size (`[batch·heads, seq, seq]`): rows, the row
+/// length and the strides are runtime arguments; the row is streamed, its mean-free max and sum
+/// over the runtime length.
+#[test]
+fn row_symbolic_softmax() {
+    let k = support::softmax_rows([32, 8, 128]);
+    let real = support::layout(&k).vectorize(&k, 4);
+    let dynamic = [true, true, true];
+    let symbolic = burn_compile_codegen::symbolic_kernel(&k, &dynamic);
+    let (layout, meta) = real.symbolic(&symbolic, &dynamic);
+    assert_eq!(meta.len(), layout.meta_entries(&symbolic).len());
+    snapshot_over("row_symbolic_softmax", &symbolic, &layout);
+}

@@ -705,22 +705,6 @@ mod cube {
             vectorize: bool,
             dynamic: &[bool],
         ) -> Result<Option<Vec<CubeTensor<R>>>, String> {
-            // A symbolic plan's row kernel is specialized on each shape it meets (its units and
-            // rows per cube follow the row length): the row layout of this shape.
-            let respecialized;
-            let (kernel, dynamic) = match &kernel.row {
-                Some(row) if dynamic.iter().any(|d| *d) => {
-                    respecialized = PointwiseKernel {
-                        row: Some(burn_compile_schedule::RowLayout::new(
-                            shape.as_slice().to_vec(),
-                            row.row_outputs.clone(),
-                        )),
-                        ..kernel.clone()
-                    };
-                    (&respecialized, &[][..])
-                }
-                _ => (kernel, dynamic),
-            };
             let step = if kernel.row.is_some() {
                 "kernel (row)"
             } else {
