@@ -102,7 +102,15 @@ impl std::fmt::Display for KernelBuild {
 }
 
 /// Kernel builds not yet claimed by an `explain` region, by graph (bounded: the oldest go).
-static BUILDS: Mutex<Vec<(GraphKey, KernelBuild)>> = Mutex::new(Vec::new());
+static BUILDS: Mutex<Vec<(u64, GraphKey, KernelBuild)>> = Mutex::new(Vec::new());
+
+/// Builds recorded so far: each build's number, so that a region claims only its own.
+static BUILD_COUNT: AtomicU64 = AtomicU64::new(0);
+
+/// The number the next build will have (an `explain` region claims builds from it on).
+pub(crate) fn kernel_builds_mark() -> u64 {
+    BUILD_COUNT.load(Ordering::Acquire)
+}
 
 /// A target built the kernels of graph `key` (on the thread that ran it).
 pub(crate) fn kernels_built(key: GraphKey, build: KernelBuild) {
@@ -117,14 +125,18 @@ pub(crate) fn kernels_built(key: GraphKey, build: KernelBuild) {
     if builds.len() >= 1024 {
         builds.remove(0);
     }
-    builds.push((key, build));
+    let number = BUILD_COUNT.fetch_add(1, Ordering::AcqRel);
+    builds.push((number, key, build));
 }
 
-/// The build of graph `key`'s kernels, if one happened and is not yet claimed.
-pub(crate) fn take_kernel_build(key: GraphKey) -> Option<KernelBuild> {
+/// The build of graph `key`'s kernels numbered `since` or later, if one happened and is not
+/// yet claimed.
+pub(crate) fn take_kernel_build(key: GraphKey, since: u64) -> Option<KernelBuild> {
     let mut builds = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
-    let i = builds.iter().position(|(k, _)| *k == key)?;
-    Some(builds.remove(i).1)
+    let i = builds
+        .iter()
+        .position(|(n, k, _)| *n >= since && *k == key)?;
+    Some(builds.remove(i).2)
 }
 
 /// What the memory plan of a graph placed (see `CompileConfig::memory_planning`).

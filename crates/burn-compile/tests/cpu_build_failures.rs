@@ -94,6 +94,27 @@ fn without_a_working_compiler_the_ops_run_on_flex_after_one_warning() {
         .count();
     assert_eq!(warnings, 1, "one warning for every graph:\n{}", logs.text());
 
+    // Strict mode turned on over those failed builds (same compiler): a replay of a kernel
+    // whose build failed is an error, not a silent fallback.
+    configure(
+        &device,
+        CompileConfig {
+            c_compiler: Some("/nonexistent/burn-compile-cc".into()),
+            strict: true,
+            ..base.clone()
+        },
+    );
+    let strict = std::panic::catch_unwind(|| run::<Compiled<Flex>>([16, 24]));
+    let message = strict.expect_err("strict: a kernel whose build failed is an error");
+    let message = message
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("strict mode") && message.contains("no C compiler"),
+        "{message}"
+    );
+
     // A compiler that rejects the build (an unknown flag): its diagnostics in the warning.
     configure(
         &device,

@@ -62,8 +62,9 @@ enum Entry {
     /// Met in a replay; built at the end of it.
     Pending,
     Built(Arc<Built>),
-    /// No C function (its build failed, reported then): the operations run on Flex.
-    Failed,
+    /// No C function (its build failed, reported then, for this reason): the operations run
+    /// on Flex, or, in strict mode, the failure is an error at each call.
+    Failed(Arc<str>),
 }
 
 /// The compiler settings of the device ([`CompileConfig`]'s `c_compiler`, `c_flags`,
@@ -85,6 +86,8 @@ struct State {
     settings: Option<Settings>,
     /// The toolchain of `settings`, probed at the first build (`Err`: why there is none).
     toolchain: Option<Result<Toolchain, String>>,
+    /// [`CompileConfig::strict`]: a kernel whose build failed is an error at each call.
+    strict: bool,
 }
 
 /// A CPU backend's float tensor, as the C kernels read and write it.
@@ -278,7 +281,14 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
             cache_dir: config.kernel_cache_dir(),
         };
         let mut state = self.state();
+        state.strict = config.strict;
         if state.settings.as_ref() != Some(&settings) {
+            // Another compiler or other flags: every kernel is built again with them (a
+            // failed build may now succeed; a built one takes the new flags). Units the disk
+            // cache holds for them load without compiling.
+            if state.settings.is_some() {
+                state.entries.clear();
+            }
             state.settings = Some(settings);
             state.toolchain = None;
         }
@@ -327,7 +337,11 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
             let known = state.entries.get(kernel).and_then(|l| l.get(&layout));
             match known {
                 Some(Entry::Built(built)) => built.clone(),
-                Some(Entry::Pending | Entry::Failed) => return Ok(None),
+                Some(Entry::Pending) => return Ok(None),
+                Some(Entry::Failed(why)) if state.strict => {
+                    return Err(format!("its build failed: {why}"));
+                }
+                Some(Entry::Failed(_)) => return Ok(None),
                 None => {
                     // First meeting of this kernel and layout: its C, built at the end of
                     // the replay.
@@ -340,7 +354,7 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                     };
                     let entry = match &function {
                         Ok(_) => Entry::Pending,
-                        Err(_) => Entry::Failed,
+                        Err(e) => Entry::Failed(format!("no C function: {e}").into()),
                     };
                     let layouts = state.entries.entry(kernel.clone()).or_default();
                     layouts.insert(layout.clone(), entry);
@@ -478,9 +492,10 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                 (cached, None)
             }
             Err(error) => {
+                let why: Arc<str> = error.as_str().into();
                 for (kernel, layout) in keys {
                     let layouts = state.entries.entry(kernel).or_default();
-                    layouts.insert(layout, Entry::Failed);
+                    layouts.insert(layout, Entry::Failed(why.clone()));
                 }
                 (false, Some(error))
             }
