@@ -102,11 +102,41 @@ pub struct CompileConfig {
     /// The flags C kernels are built with (`BURN_COMPILE_CFLAGS`; default
     /// `-O3 -march=native -fopenmp-simd -fno-math-errno`). Part of the disk cache's key.
     pub c_flags: Option<String>,
-    /// Where built kernels are kept between runs (`BURN_COMPILE_CACHE_DIR`; default
-    /// `$XDG_CACHE_HOME/burn-compile`, else `~/.cache/burn-compile`, else the temporary
-    /// directory's `burn-compile`). Units are keyed by their source, the compiler's identity
-    /// and the flags, so a stale entry is never loaded.
+    /// Where the disk cache keeps what was compiled, between runs (`BURN_COMPILE_CACHE_DIR`;
+    /// default `$XDG_CACHE_HOME/burn-compile`, else `~/.cache/burn-compile`, else the temporary
+    /// directory's `burn-compile`). Entries are keyed by what built them (a C unit: its
+    /// source, the compiler's identity and the flags; every entry: the versions of this crate,
+    /// Burn and CubeCL) and checksummed, so a stale or damaged entry is never loaded.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Keep compiled kernels and tuning choices on disk, in [`CompileConfig::cache_dir`]
+    /// (`BURN_COMPILE_DISK_CACHE`). Off: every process compiles from scratch.
+    pub disk_cache: bool,
+    /// The disk cache's size cap in bytes (`BURN_COMPILE_CACHE_MAX_BYTES`; default 1 GiB): past
+    /// it, the least recently used entries are removed.
+    pub cache_max_bytes: u64,
+    /// Run every graph both compiled and eagerly and compare their outputs
+    /// (`BURN_COMPILE_ACCURACY_CHECK`; see [`crate::replay`]): a divergence is bisected to
+    /// the first op that diverges, reported, and written as a replay file into
+    /// [`CompileConfig::incident_dir`]; in strict mode it is also an error at the next read.
+    /// Costs a sync and an eager run per graph: a debugging mode.
+    pub accuracy_check: bool,
+    /// Write every graph compiled (each cache miss) as a replay file into
+    /// [`CompileConfig::incident_dir`] (`BURN_COMPILE_DUMP_GRAPHS`): shapes and dtypes of its
+    /// inputs, no values. `burn-compile-replay FILE` runs one offline.
+    pub dump_graphs: bool,
+    /// Where replay files go (`BURN_COMPILE_INCIDENT_DIR`; default: `incidents` in the
+    /// cache directory).
+    pub incident_dir: Option<std::path::PathBuf>,
+    /// Fault injection for testing the fallback: every graph's compile fails
+    /// (`BURN_COMPILE_INJECT_COMPILE_FAILURE`); the graphs run eagerly, or, in strict mode, the
+    /// failure is an error.
+    pub inject_compile_failure: bool,
+    /// Test-only fault: generated kernels compute this op kind wrongly (a unary op as `abs`,
+    /// `abs` as `relu`; a binary op as `sub`, `sub` as `add`; C and CubeCL alike;
+    /// `BURN_COMPILE_INJECT_WRONG_KERNEL`, e.g. `exp`): what the accuracy check must catch
+    /// and bisect to.
+    #[doc(hidden)]
+    pub inject_wrong_kernel: Option<String>,
 }
 
 /// Which sizes of a graph its plan takes as runtime values (symbolic sizes): one plan, and
@@ -161,6 +191,13 @@ impl Default for CompileConfig {
             c_compiler: None,
             c_flags: None,
             cache_dir: None,
+            disk_cache: true,
+            cache_max_bytes: 1 << 30,
+            accuracy_check: false,
+            dump_graphs: false,
+            incident_dir: None,
+            inject_compile_failure: false,
+            inject_wrong_kernel: None,
         }
     }
 }
@@ -311,6 +348,28 @@ impl CompileConfig {
         if let Some((_, v)) = get("BURN_COMPILE_CACHE_DIR").filter(|(_, v)| !v.trim().is_empty()) {
             self.cache_dir = Some(v.trim().into());
         }
+        if let Some((k, v)) = get("BURN_COMPILE_DISK_CACHE") {
+            self.disk_cache = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_CACHE_MAX_BYTES") {
+            self.cache_max_bytes = parse_count(&k, &v)? as u64;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_ACCURACY_CHECK") {
+            self.accuracy_check = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_DUMP_GRAPHS") {
+            self.dump_graphs = parse_bool(&k, &v)?;
+        }
+        if let Some((_, v)) = get("BURN_COMPILE_INCIDENT_DIR").filter(|(_, v)| !v.trim().is_empty())
+        {
+            self.incident_dir = Some(v.trim().into());
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_INJECT_COMPILE_FAILURE") {
+            self.inject_compile_failure = parse_bool(&k, &v)?;
+        }
+        if let Some((_, v)) = get("BURN_COMPILE_INJECT_WRONG_KERNEL") {
+            self.inject_wrong_kernel = Some(v.trim().to_string()).filter(|v| !v.is_empty());
+        }
         Ok(self)
     }
 
@@ -325,6 +384,14 @@ impl CompileConfig {
             .or_else(|| env("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
             .unwrap_or_else(std::env::temp_dir)
             .join("burn-compile")
+    }
+
+    /// Where replay files are written: [`CompileConfig::incident_dir`] or the cache's
+    /// `incidents`.
+    pub fn incident_dir(&self) -> std::path::PathBuf {
+        self.incident_dir
+            .clone()
+            .unwrap_or_else(|| self.kernel_cache_dir().join("incidents"))
     }
 
     /// Applies the `BURN_COMPILE_*` environment variables.

@@ -239,6 +239,14 @@ pub(crate) struct Counters {
     pub recompiles: AtomicU64,
     pub past_recompile_limit: AtomicU64,
     pub symbolic_graphs: AtomicU64,
+    pub kernels_launched: AtomicU64,
+    pub compile_fallbacks: AtomicU64,
+    pub disk_cache_hits: AtomicU64,
+    pub disk_cache_misses: AtomicU64,
+    pub disk_cache_invalid: AtomicU64,
+    pub disk_cache_writes: AtomicU64,
+    pub accuracy_checks: AtomicU64,
+    pub accuracy_failures: AtomicU64,
     pub breaks: [AtomicU64; 9],
 }
 
@@ -259,6 +267,14 @@ pub(crate) static COUNTERS: Counters = Counters {
     recompiles: AtomicU64::new(0),
     past_recompile_limit: AtomicU64::new(0),
     symbolic_graphs: AtomicU64::new(0),
+    kernels_launched: AtomicU64::new(0),
+    compile_fallbacks: AtomicU64::new(0),
+    disk_cache_hits: AtomicU64::new(0),
+    disk_cache_misses: AtomicU64::new(0),
+    disk_cache_invalid: AtomicU64::new(0),
+    disk_cache_writes: AtomicU64::new(0),
+    accuracy_checks: AtomicU64::new(0),
+    accuracy_failures: AtomicU64::new(0),
     breaks: [const { AtomicU64::new(0) }; 9],
 };
 
@@ -343,6 +359,11 @@ pub(crate) fn kernel_fallback() {
 #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
 pub(crate) fn vectorized_kernel() {
     COUNTERS.vectorized_kernels.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Adds one to a counter.
+pub(crate) fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// An attention step ran as one attention kernel.

@@ -27,9 +27,11 @@ mod explain;
 mod logs;
 mod metrics;
 mod registry;
+pub mod replay;
 mod runtime;
 mod stance;
 
+pub use burn_compile_disk_cache::ImportReport;
 pub use capture::{BreakReason, CompileChannel, CompileClient, GraphBreak, SameBackendBridge};
 pub use config::{CompileConfig, ConfigError, DynamicShapes, config_for, configure};
 pub use diagnostics::{GraphRecord, KernelBuild, PlannedMemory};
@@ -37,6 +39,7 @@ pub use dims::{Dim, DimError, MarkDynamic, mark_dynamic};
 pub use explain::{Explanation, FullGraphError, explain, fullgraph, mark_step, take_error};
 pub use logs::{TOPICS as LOG_TOPICS, init_logs};
 pub use metrics::{Metrics, metrics};
+pub use runtime::disk::{cache_usage, export_cache, import_cache};
 pub use runtime::profile::{StepTime, set_replay_profiling, take_replay_profile};
 pub use stance::{Stance, set_stance, stance};
 

@@ -1,11 +1,15 @@
 //! Log topics, like TORCH_LOGS: `BURN_COMPILE_LOGS=graph_breaks,recompiles` (or `all`).
 
 /// The topics and the `tracing` targets they map to.
-pub const TOPICS: [(&str, &str); 4] = [
+pub const TOPICS: [(&str, &str); 6] = [
     ("graph_breaks", "burn_compile::graph_breaks"),
     ("recompiles", "burn_compile::recompiles"),
     ("graphs", "burn_compile::graphs"),
     ("output_code", "burn_compile::output_code"),
+    // The disk cache: entries ignored (warnings), evictions, writes that failed.
+    ("cache", "burn_compile::cache"),
+    // The accuracy check's findings (errors) and what it could not check.
+    ("accuracy", "burn_compile::accuracy"),
 ];
 
 /// The `tracing` filter directives for a `BURN_COMPILE_LOGS` value. Unknown topics are an error

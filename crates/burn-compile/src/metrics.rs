@@ -45,6 +45,22 @@ pub struct Metrics {
     /// compiled or found in the disk cache), and the time they took.
     pub kernel_builds: u64,
     pub kernel_build_time: Duration,
+    /// Generated kernels launched (fused groups run as one kernel), library matmuls and attention kernels included.
+    pub kernels_launched: u64,
+    /// Graphs whose compile failed: they ran eagerly (an error instead in strict mode).
+    pub compile_fallbacks: u64,
+    /// Entries found in the disk cache (C units, tuning choices), verified.
+    pub disk_cache_hits: u64,
+    /// Lookups of the disk cache that found nothing usable (compiled, then written).
+    pub disk_cache_misses: u64,
+    /// Entries of the disk cache ignored as corrupt, truncated or of other versions (each also a miss).
+    pub disk_cache_invalid: u64,
+    /// Entries written to the disk cache.
+    pub disk_cache_writes: u64,
+    /// Graphs compared compiled against eager (`CompileConfig::accuracy_check`).
+    pub accuracy_checks: u64,
+    /// Of those, graphs whose outputs diverged beyond the dtype's tolerance.
+    pub accuracy_failures: u64,
     /// Breaks per reason, in [`BreakReason::ALL`] order.
     pub breaks: Vec<(BreakReason, u64)>,
 }
@@ -80,6 +96,14 @@ impl Metrics {
             kernel_build_time: self
                 .kernel_build_time
                 .saturating_sub(earlier.kernel_build_time),
+            kernels_launched: self.kernels_launched - earlier.kernels_launched,
+            compile_fallbacks: self.compile_fallbacks - earlier.compile_fallbacks,
+            disk_cache_hits: self.disk_cache_hits - earlier.disk_cache_hits,
+            disk_cache_misses: self.disk_cache_misses - earlier.disk_cache_misses,
+            disk_cache_invalid: self.disk_cache_invalid - earlier.disk_cache_invalid,
+            disk_cache_writes: self.disk_cache_writes - earlier.disk_cache_writes,
+            accuracy_checks: self.accuracy_checks - earlier.accuracy_checks,
+            accuracy_failures: self.accuracy_failures - earlier.accuracy_failures,
             breaks: self
                 .breaks
                 .iter()
@@ -109,6 +133,14 @@ pub fn metrics() -> Metrics {
         vectorized_kernels: c.vectorized_kernels.load(Relaxed),
         kernel_builds: c.kernel_builds.load(Relaxed),
         kernel_build_time: Duration::from_nanos(c.kernel_build_nanos.load(Relaxed)),
+        kernels_launched: c.kernels_launched.load(Relaxed),
+        compile_fallbacks: c.compile_fallbacks.load(Relaxed),
+        disk_cache_hits: c.disk_cache_hits.load(Relaxed),
+        disk_cache_misses: c.disk_cache_misses.load(Relaxed),
+        disk_cache_invalid: c.disk_cache_invalid.load(Relaxed),
+        disk_cache_writes: c.disk_cache_writes.load(Relaxed),
+        accuracy_checks: c.accuracy_checks.load(Relaxed),
+        accuracy_failures: c.accuracy_failures.load(Relaxed),
         breaks: BreakReason::ALL
             .iter()
             .zip(c.breaks.iter())

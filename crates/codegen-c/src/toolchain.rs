@@ -1,8 +1,8 @@
-//! The system C compiler: a graph's translation unit built into a shared object, cached on disk
-//! by what determines the binary (source, compiler identity, flags), and loaded.
+//! The system C compiler: a graph's translation unit built into a shared object, and loaded.
+//! (The disk cache of built objects is the runtime's: `burn-compile-disk-cache`, keyed by the
+//! source and [`Toolchain::fingerprint`].)
 
 use std::ffi::c_void;
-use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ pub enum BuildError {
     Compile { compiler: String, stderr: String },
     /// The shared object or a symbol could not be loaded.
     Load(String),
-    /// The cache directory could not be written.
+    /// A build or load file could not be written.
     Io(String),
 }
 
@@ -35,7 +35,7 @@ impl std::fmt::Display for BuildError {
                 write!(f, "`{compiler}` rejected the generated C:\n{stderr}")
             }
             BuildError::Load(e) => write!(f, "the built kernels could not be loaded: {e}"),
-            BuildError::Io(e) => write!(f, "the kernel cache could not be written: {e}"),
+            BuildError::Io(e) => write!(f, "a build file could not be written: {e}"),
         }
     }
 }
@@ -101,72 +101,53 @@ impl Toolchain {
         })
     }
 
-    /// The cache key of `source` built by this toolchain: 128 bits of two FNV-1a hashes over
-    /// the source, the compiler's identity and the flags.
-    pub fn key(&self, source: &str) -> String {
-        let hash = |seed: u64| {
-            let mut h = Fnv(seed);
-            h.write(source.as_bytes());
-            h.write(&[0]);
-            h.write(self.compiler.as_bytes());
-            h.write(&[0]);
-            h.write(self.identity.as_bytes());
-            for f in &self.flags {
-                h.write(&[0]);
-                h.write(f.as_bytes());
-            }
-            h.finish()
-        };
-        format!(
-            "{:016x}{:016x}",
-            hash(0xcbf2_9ce4_8422_2325),
-            hash(0x8422_2325_cbf2_9ce4)
-        )
+    /// What besides the source determines the binary: the compiler, its identity and the
+    /// flags (part of the disk cache's key, so a compiler upgrade or other flags rebuild).
+    pub fn fingerprint(&self) -> String {
+        let mut parts = vec![self.compiler.as_str(), self.identity.as_str()];
+        parts.extend(self.flags.iter().map(String::as_str));
+        parts.join("\0")
     }
 
-    /// Builds `source` into a shared object in `cache_dir` (or finds it there, built before by
-    /// the same toolchain) and loads it. The source is kept beside it (`<key>.c`) for review.
-    pub fn build(&self, source: &str, cache_dir: &Path) -> Result<Unit, BuildError> {
-        let key = self.key(source);
-        let object = cache_dir.join(format!("{key}.so"));
-        let start = Instant::now();
-        let cached = object.exists();
-        if !cached {
-            std::fs::create_dir_all(cache_dir).map_err(|e| BuildError::Io(e.to_string()))?;
-            let c_file = cache_dir.join(format!("{key}.c"));
-            std::fs::write(&c_file, source).map_err(|e| BuildError::Io(e.to_string()))?;
-            // Built under a name of this process, then renamed: another process building the
-            // same unit never loads a half-written object.
-            let partial = cache_dir.join(format!("{key}.{}.so.partial", std::process::id()));
-            let output = Command::new(&self.compiler)
-                .args(&self.flags)
-                .args(["-shared", "-fPIC", "-o"])
-                .arg(&partial)
-                .arg(&c_file)
-                .args(LIBRARIES)
-                .output()
-                .map_err(|e| BuildError::NoCompiler {
-                    compiler: self.compiler.clone(),
-                    error: e.to_string(),
-                })?;
-            if !output.status.success() {
-                let _ = std::fs::remove_file(&partial);
-                return Err(BuildError::Compile {
-                    compiler: self.compiler.clone(),
-                    stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-                });
-            }
-            std::fs::rename(&partial, &object).map_err(|e| BuildError::Io(e.to_string()))?;
+    /// Compiles `source` into a shared object, in a fresh directory under `work_dir` removed
+    /// afterwards, and returns the object's bytes.
+    pub fn compile(&self, source: &str, work_dir: &Path) -> Result<Vec<u8>, BuildError> {
+        let io = |e: std::io::Error| BuildError::Io(e.to_string());
+        std::fs::create_dir_all(work_dir).map_err(io)?;
+        let dir = tempfile::Builder::new()
+            .prefix(".build-")
+            .tempdir_in(work_dir)
+            .map_err(io)?;
+        let c_file = dir.path().join("unit.c");
+        let object = dir.path().join("unit.so");
+        std::fs::write(&c_file, source).map_err(io)?;
+        let output = Command::new(&self.compiler)
+            .args(&self.flags)
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&object)
+            .arg(&c_file)
+            .args(LIBRARIES)
+            .output()
+            .map_err(|e| BuildError::NoCompiler {
+                compiler: self.compiler.clone(),
+                error: e.to_string(),
+            })?;
+        if !output.status.success() {
+            return Err(BuildError::Compile {
+                compiler: self.compiler.clone(),
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            });
         }
-        // SAFETY: the object was built from generated kernels, whose initializers do nothing.
-        let library = unsafe { libloading::Library::new(&object) }
-            .map_err(|e| BuildError::Load(e.to_string()))?;
-        Ok(Unit {
-            library,
-            path: object,
-            cached,
-            build_time: start.elapsed(),
-        })
+        std::fs::read(&object).map_err(io)
+    }
+
+    /// Compiles `source` and loads it (no cache: see `burn-compile-disk-cache`).
+    pub fn build(&self, source: &str, work_dir: &Path) -> Result<Unit, BuildError> {
+        let start = Instant::now();
+        let object = self.compile(source, work_dir)?;
+        let mut unit = Unit::load(&object, work_dir)?;
+        unit.build_time = start.elapsed();
+        Ok(unit)
     }
 }
 
@@ -175,14 +156,35 @@ impl Toolchain {
 /// nothing of it outlives a call.)
 pub struct Unit {
     library: libloading::Library,
-    pub path: PathBuf,
-    /// Found in the cache (not compiled by this call).
-    pub cached: bool,
     /// Time to compile (or find) and load it.
     pub build_time: Duration,
 }
 
 impl Unit {
+    /// Loads a shared object's bytes: written to a file of this process under `work_dir`,
+    /// opened, and the file removed (the mapping stays), so that no other process's write
+    /// of the same unit can change what is loaded.
+    pub fn load(object: &[u8], work_dir: &Path) -> Result<Unit, BuildError> {
+        let start = Instant::now();
+        let io = |e: std::io::Error| BuildError::Io(e.to_string());
+        std::fs::create_dir_all(work_dir).map_err(io)?;
+        let mut file = tempfile::Builder::new()
+            .prefix(".load-")
+            .suffix(".so")
+            .tempfile_in(work_dir)
+            .map_err(io)?;
+        std::io::Write::write_all(&mut file, object).map_err(io)?;
+        let path: PathBuf = file.path().to_path_buf();
+        // SAFETY: the object was built from generated kernels, whose initializers do nothing.
+        let library = unsafe { libloading::Library::new(&path) }
+            .map_err(|e| BuildError::Load(e.to_string()))?;
+        drop(file);
+        Ok(Unit {
+            library,
+            build_time: start.elapsed(),
+        })
+    }
+
     /// The kernel function `name`.
     pub fn kernel(&self, name: &str) -> Result<KernelFn, BuildError> {
         // SAFETY: every exported kernel has the `KernelFn` signature (`c_function`).
@@ -192,21 +194,5 @@ impl Unit {
                 .map(|s| *s)
                 .map_err(|e| BuildError::Load(e.to_string()))
         }
-    }
-}
-
-/// FNV-1a, 64 bits, from a given offset basis.
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= *b as u64;
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
     }
 }

@@ -292,7 +292,6 @@ fn generated_c_kernels_match_the_reference() {
     let unit = toolchain
         .build(&c_unit(&functions), &dir)
         .expect("the unit builds");
-    assert!(!unit.cached, "a fresh directory holds no build");
 
     for (i, c) in cases.iter().enumerate() {
         let f = unit.kernel(&format!("k{i}")).expect("exported");
@@ -305,9 +304,8 @@ fn generated_c_kernels_match_the_reference() {
         assert_matches_reference(c, &outputs, &c.name);
     }
 
-    // Built again by the same toolchain: found in the cache, not compiled.
-    let again = toolchain.build(&c_unit(&functions), &dir).expect("cached");
-    assert!(again.cached);
+    // The build directory is left empty: the object was loaded and its file removed.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

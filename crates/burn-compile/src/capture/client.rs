@@ -12,7 +12,7 @@ use super::period::PeriodDetector;
 use crate::config::{CompileConfig, config_for};
 use crate::diagnostics;
 use crate::dims::Dim;
-use crate::runtime::{Accepts, Executor, InnerDevice, PlanCache, execute_one};
+use crate::runtime::{Executor, InnerDevice, PlanCache, execute_one, plan_on};
 use crate::stance::{Stance, stance};
 use burn_backend::{DType, DeviceOps, ExecutionError, Shape, TensorData};
 use burn_compile_graph::Segment;
@@ -116,6 +116,10 @@ impl<B: BackendIr> CompileClient<B> {
     fn new(device: B::Device) -> Self {
         let config_generation = crate::config::generation();
         let config = config_for(device.id());
+        #[cfg(feature = "gpu")]
+        if crate::runtime::is_cubecl::<B::FloatTensorPrimitive>() {
+            crate::runtime::disk::root_cubecl_caches(&config);
+        }
         let shared = Arc::new(Shared {
             executor: Executor::new(device.clone()),
             device,
@@ -434,11 +438,6 @@ impl<B: BackendIr> Shared<B> {
         let diagnostics_on = diagnostics::wanted(config.diagnostics);
         let inner = self.executor.inner();
         inner.set_kernel_policy(config);
-        let kernels = inner.kernels();
-        let accepts = kernels.map(|k| move |kernel: &_| k.accepts(kernel));
-        let accepts_matmul = kernels.map(|k| move |group: &_| k.accepts_matmul(group));
-        let accepts_attention = kernels
-            .map(|k| move |group: &_| k.accepts_attention(group) && !inner.attention_lost(group));
         // Planned before the ops leave the segment: the plan cache reads the segment's family
         // and sizes from its key writer, which taking the ops resets.
         // The sizes of this graph declared dynamic: those of the marked tensors it reads.
@@ -456,17 +455,13 @@ impl<B: BackendIr> Shared<B> {
                 }
             }
         }
-        let (plan, mut record, shape_error) = cache.plan(
+        let (plan, mut record, shape_error) = plan_on(
+            cache,
             stream.segment.keys(),
             ops,
             config,
             diagnostics_on,
-            Accepts {
-                pointwise: accepts.as_ref().map(|f| f as _),
-                max_kernel_buffers: kernels.map_or(usize::MAX, |k| k.max_kernel_buffers()),
-                matmul: accepts_matmul.as_ref().map(|f| f as _),
-                attention: accepts_attention.as_ref().map(|f| f as _),
-            },
+            inner,
             &declared,
         );
         if let Some(message) = shape_error {
@@ -474,6 +469,26 @@ impl<B: BackendIr> Shared<B> {
             stream.pending_error.get_or_insert(message);
         }
         let key = record.key;
+        if config.dump_graphs && !record.cache_hit {
+            crate::replay::dump(&key.to_string(), ops, config);
+        }
+        // The accuracy check reads the graph's inputs before it runs (it may consume them),
+        // then runs it synchronously and compares.
+        let check = if config.accuracy_check {
+            self.executor.wait();
+            match crate::replay::read_inputs(inner, ops) {
+                Ok(values) => Some((ops.to_vec(), values)),
+                Err(e) => {
+                    tracing::warn!(
+                        target: "burn_compile::accuracy",
+                        "graph {key}: inputs unreadable, not checked ({e})"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let ops = stream.segment.take_ops();
         self.executor.submit(
             key,
@@ -481,8 +496,25 @@ impl<B: BackendIr> Shared<B> {
             plan,
             thread,
             stream.inner_stream,
-            config.async_execution,
+            config.async_execution && check.is_none(),
         );
+        if let Some((ops, values)) = check {
+            let found = crate::replay::check_live::<B>(
+                inner,
+                &self.device,
+                &key.to_string(),
+                &ops,
+                values,
+                config,
+            );
+            if let Some(report) = found
+                && config.strict
+            {
+                stream
+                    .pending_error
+                    .get_or_insert(format!("{report} (strict mode)"));
+            }
+        }
         if let Some(spent) = self.executor.take_spent() {
             stream.segment.recycle(spent);
         }

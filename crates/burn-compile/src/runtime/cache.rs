@@ -27,6 +27,7 @@ use burn_compile_schedule::{
 };
 use burn_ir::{BackendIr, OperationIr};
 use rustc_hash::FxHashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,8 @@ struct PlanConfig {
     attention_f32: bool,
     memory_planning: bool,
     dynamic: DynamicShapes,
+    /// The injected faults (hashed): a plan compiled with one is never reused without it.
+    faults: u64,
 }
 
 impl From<&CompileConfig> for PlanConfig {
@@ -54,6 +57,12 @@ impl From<&CompileConfig> for PlanConfig {
             attention_f32: c.attention_f32,
             memory_planning: c.memory_planning,
             dynamic: c.dynamic,
+            faults: {
+                use std::hash::{Hash, Hasher};
+                let mut h = rustc_hash::FxHasher::default();
+                (c.inject_compile_failure, &c.inject_wrong_kernel).hash(&mut h);
+                h.finish()
+            },
         }
     }
 }
@@ -333,6 +342,9 @@ impl PlanCache {
         accepts: Accepts<'_>,
         declared: &[(u64, Dim)],
     ) -> Found {
+        let _span =
+            tracing::info_span!(target: "burn_compile", "compile", graph = %keys.key(), ops = ops.len())
+                .entered();
         let dims = keys.dims();
         let family_key = (keys.family(), plan_config);
         // Which sizes (by position) the new plan takes as runtime values.
@@ -458,7 +470,42 @@ impl PlanCache {
             memory_planning: config.memory_planning && !is_symbolic,
             symbolic_sizes: &symbolic_sizes,
         };
-        let plan = Arc::new(schedule(ops, options));
+        let compiled = catch_unwind(AssertUnwindSafe(|| {
+            if config.inject_compile_failure {
+                panic!("compile failure injected (inject_compile_failure)");
+            }
+            let mut plan = schedule(ops, options);
+            if let Some(kind) = &config.inject_wrong_kernel {
+                inject_wrong_kernel(&mut plan, kind);
+            }
+            plan
+        }));
+        let plan = match compiled {
+            Ok(plan) => Arc::new(plan),
+            Err(payload) => {
+                let why = panic_message(&*payload);
+                let message = format!(
+                    "burn-compile: compiling graph {} ({} ops) failed ({why}); {}",
+                    keys.key(),
+                    ops.len(),
+                    if config.strict {
+                        "strict mode, giving up"
+                    } else {
+                        "it runs eagerly on the inner backend instead"
+                    }
+                );
+                if config.strict {
+                    panic!("{message}");
+                }
+                tracing::warn!(target: "burn_compile::graphs", "{message}");
+                crate::diagnostics::count(&crate::diagnostics::COUNTERS.compile_fallbacks);
+                // No symbolic template from a failed compile: other sizes try again.
+                if let Some(family) = self.families.get_mut(&family_key) {
+                    family.symbolic = None;
+                }
+                return Found::Compiled(Arc::new(eager_plan(ops)), recompile);
+            }
+        };
         let family = self
             .families
             .get_mut(&family_key)
@@ -476,6 +523,37 @@ impl PlanCache {
     pub fn len(&self) -> usize {
         self.plans.len()
     }
+}
+
+/// [`PlanCache::plan`] for a graph of the device `inner`: what its kernel target accepts
+/// (generated kernels, library matmuls, attention steps the autotune has not found slower).
+pub(crate) fn plan_on<B: BackendIr>(
+    cache: &mut PlanCache,
+    keys: &KeyWriter,
+    ops: &[OperationIr],
+    config: &CompileConfig,
+    diagnostics: bool,
+    inner: &InnerDevice<B>,
+    declared: &[(u64, Dim)],
+) -> (Arc<Plan>, GraphRecord, Option<String>) {
+    let kernels = inner.kernels();
+    let accepts = kernels.map(|k| move |kernel: &_| k.accepts(kernel));
+    let accepts_matmul = kernels.map(|k| move |group: &_| k.accepts_matmul(group));
+    let accepts_attention = kernels
+        .map(|k| move |group: &_| k.accepts_attention(group) && !inner.attention_lost(group));
+    cache.plan(
+        keys,
+        ops,
+        config,
+        diagnostics,
+        Accepts {
+            pointwise: accepts.as_ref().map(|f| f as _),
+            max_kernel_buffers: kernels.map_or(usize::MAX, |k| k.max_kernel_buffers()),
+            matmul: accepts_matmul.as_ref().map(|f| f as _),
+            attention: accepts_attention.as_ref().map(|f| f as _),
+        },
+        declared,
+    )
 }
 
 /// Replays a plan over the recorded ops of one graph; returns the emptied vector.
@@ -566,6 +644,45 @@ pub(crate) fn execute_one<B: BackendIr>(inner: &InnerDevice<B>, op: OperationIr)
     match Activation::of(&op) {
         Some(kind) => super::activation::run(inner, &op, kind),
         None => inner.execute(&op),
+    }
+}
+
+/// The message of a panic's payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic".into())
+}
+
+/// Test-only fault (`CompileConfig::inject_wrong_kernel`): every generated kernel computes
+/// the ops of `kind` (a unary or binary op's name, as `exp` or `mul`) as another op — a
+/// unary one as `abs` (`relu` for `abs`), a binary one as `sub` (`add` for `sub`) — the wrong
+/// kernel an accuracy check must catch.
+fn inject_wrong_kernel(plan: &mut Plan, kind: &str) {
+    use burn_compile_schedule::{BinaryOp, Instr, UnaryOp};
+    let kind = kind.to_ascii_lowercase();
+    for group in &mut plan.pointwise {
+        for instr in &mut group.kernel.program {
+            match instr {
+                Instr::Unary { op, .. } if format!("{op:?}").to_ascii_lowercase() == kind => {
+                    *op = if *op == UnaryOp::Abs {
+                        UnaryOp::Relu
+                    } else {
+                        UnaryOp::Abs
+                    };
+                }
+                Instr::Binary { op, .. } if format!("{op:?}").to_ascii_lowercase() == kind => {
+                    *op = if *op == BinaryOp::Sub {
+                        BinaryOp::Add
+                    } else {
+                        BinaryOp::Sub
+                    };
+                }
+                _ => {}
+            }
+        }
     }
 }
 

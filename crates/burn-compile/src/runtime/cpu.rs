@@ -19,6 +19,7 @@
 //! inner backend (one warning per distinct failure; an error in strict mode:
 //! `InnerDevice::finish_replay`).
 
+use super::disk;
 use super::kernels::KernelTarget;
 use crate::config::CompileConfig;
 use crate::diagnostics::KernelBuild;
@@ -68,12 +69,65 @@ enum Entry {
 }
 
 /// The compiler settings of the device ([`CompileConfig`]'s `c_compiler`, `c_flags`,
-/// `cache_dir`).
+/// `cache_dir`, `disk_cache`, `cache_max_bytes`).
 #[derive(Clone, PartialEq, Eq)]
 struct Settings {
     compiler: Option<String>,
     flags: Option<String>,
     cache_dir: PathBuf,
+    disk_cache: bool,
+    max_bytes: u64,
+}
+
+impl Settings {
+    fn of(config: &CompileConfig) -> Settings {
+        Settings {
+            compiler: config.c_compiler.clone(),
+            flags: config.c_flags.clone(),
+            cache_dir: config.kernel_cache_dir(),
+            disk_cache: config.disk_cache,
+            max_bytes: config.cache_max_bytes,
+        }
+    }
+}
+
+/// The disk cache's kind of C shared objects.
+const C_UNIT: &str = "c-unit";
+
+/// `source` built by `toolchain` and loaded: from the disk cache (keyed by the source and the
+/// toolchain's fingerprint) where it holds a verified object, else compiled and written to it.
+/// Whether it came from the cache.
+fn build_unit(
+    toolchain: &Toolchain,
+    source: &str,
+    settings: &Settings,
+) -> Result<(Unit, bool), String> {
+    if !settings.disk_cache {
+        let work = std::env::temp_dir().join("burn-compile-work");
+        let unit = toolchain.build(source, &work).map_err(|e| e.to_string())?;
+        return Ok((unit, false));
+    }
+    let cache = disk::cache_at(settings.cache_dir.clone(), settings.max_bytes);
+    let work = settings.cache_dir.join("work");
+    let mut material = source.as_bytes().to_vec();
+    material.push(0);
+    material.extend_from_slice(toolchain.fingerprint().as_bytes());
+    let key = cache.key(C_UNIT, &material);
+    if let Some(object) = disk::get(&cache, C_UNIT, &key) {
+        match Unit::load(&object, &work) {
+            Ok(unit) => return Ok((unit, true)),
+            Err(e) => tracing::warn!(
+                target: "burn_compile::cache",
+                "the cached C unit {key} could not be loaded ({e}); building it again"
+            ),
+        }
+    }
+    let object = toolchain
+        .compile(source, &work)
+        .map_err(|e| e.to_string())?;
+    disk::put(&cache, C_UNIT, &key, &object);
+    let unit = Unit::load(&object, &work).map_err(|e| e.to_string())?;
+    Ok((unit, false))
 }
 
 #[derive(Default)]
@@ -275,11 +329,7 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
     }
 
     fn configure(&self, config: &CompileConfig) {
-        let settings = Settings {
-            compiler: config.c_compiler.clone(),
-            flags: config.c_flags.clone(),
-            cache_dir: config.kernel_cache_dir(),
-        };
+        let settings = Settings::of(config);
         let mut state = self.state();
         state.strict = config.strict;
         if state.settings.as_ref() != Some(&settings) {
@@ -428,11 +478,10 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
             if state.pending.is_empty() {
                 return None;
             }
-            let settings = state.settings.clone().unwrap_or_else(|| Settings {
-                compiler: None,
-                flags: None,
-                cache_dir: CompileConfig::default().kernel_cache_dir(),
-            });
+            let settings = state
+                .settings
+                .clone()
+                .unwrap_or_else(|| Settings::of(&CompileConfig::default()));
             let toolchain = state
                 .toolchain
                 .get_or_insert_with(|| {
@@ -461,9 +510,10 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
             settings.cache_dir.display()
         );
         let built = toolchain.and_then(|toolchain| {
-            let unit = toolchain
-                .build(&c_unit(&functions), &settings.cache_dir)
-                .map_err(|e| e.to_string())?;
+            let (unit, cached) =
+                super::progress::long_work(&format!("building {kernels} C kernel(s)"), || {
+                    build_unit(&toolchain, &c_unit(&functions), &settings)
+                })?;
             let unit = Arc::new(unit);
             functions
                 .iter()
@@ -480,7 +530,7 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                     }))
                 })
                 .collect::<Result<Vec<_>, String>>()
-                .map(|built| (unit.cached, built))
+                .map(|built| (cached, built))
         });
         let mut state = self.state();
         let (cached, error) = match built {

@@ -84,7 +84,13 @@ fn run_on<B: BackendIr>(
             .lock()
             .unwrap()
             .push((std::thread::current().id(), StreamId::current()));
-        execute(inner, key, ops, plan)
+        if inner.first_replay(plan) {
+            // Its kernels compile now (NVRTC, autotune, a C build): a spinner if that is slow.
+            let what = format!("first run of graph {key} (compiling its kernels)");
+            super::progress::long_work(&what, || execute(inner, key, ops, plan))
+        } else {
+            execute(inner, key, ops, plan)
+        }
     })
 }
 

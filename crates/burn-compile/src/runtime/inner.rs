@@ -40,6 +40,8 @@ pub(crate) struct InnerDevice<B: BackendIr> {
     /// Per attention problem (dims, dtype), how far the timing of the kernel against the parts
     /// has come, or what it decided.
     attention_tuning: Mutex<FxHashMap<([usize; 6], DType), Tuning>>,
+    /// The plans replayed so far, by address (cached plans live as long as the device).
+    replayed: Mutex<FxHashSet<usize>>,
 }
 
 /// The timing of an attention kernel against its parts, one replay of the problem per state.
@@ -73,7 +75,16 @@ impl<B: BackendIr> InnerDevice<B> {
             device_thread: AtomicBool::new(false),
             vectorize: AtomicBool::new(true),
             attention_tuning: Mutex::new(FxHashMap::default()),
+            replayed: Mutex::new(FxHashSet::default()),
         }
+    }
+
+    /// Whether this is the first replay of `plan` on this device.
+    pub fn first_replay(&self, plan: &burn_compile_schedule::Plan) -> bool {
+        self.replayed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(plan as *const _ as usize)
     }
 
     /// How replays run generated kernels under `config`: what a failed kernel does
@@ -172,7 +183,10 @@ impl<B: BackendIr> InnerDevice<B> {
             "it failed before on this device".to_string()
         } else {
             match self.pointwise(ops, group, into) {
-                Ok(true) => return,
+                Ok(true) => {
+                    crate::diagnostics::count(&crate::diagnostics::COUNTERS.kernels_launched);
+                    return;
+                }
                 Ok(false) => {
                     self.run_ops(ops, group);
                     return;
@@ -214,7 +228,10 @@ impl<B: BackendIr> InnerDevice<B> {
     ) {
         let strict = self.strict.load(Ordering::Relaxed);
         let error = match self.try_matmul(ops, group, into) {
-            Ok(true) => return,
+            Ok(true) => {
+                crate::diagnostics::count(&crate::diagnostics::COUNTERS.kernels_launched);
+                return;
+            }
             Ok(false) => None,
             Err(e) => Some(e),
         };
@@ -375,6 +392,7 @@ impl<B: BackendIr> InnerDevice<B> {
         match self.try_attention(ops, group) {
             Ok(true) => {
                 crate::diagnostics::attention_kernel();
+                crate::diagnostics::count(&crate::diagnostics::COUNTERS.kernels_launched);
                 true
             }
             Ok(false) => false,

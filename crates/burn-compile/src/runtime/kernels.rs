@@ -142,6 +142,26 @@ pub(crate) fn target_for<T: 'static>(device: &dyn Any) -> Option<Arc<dyn KernelT
     None
 }
 
+/// Whether `T` is the float tensor of a raw CubeCL inner backend (wgpu, CUDA).
+#[cfg(feature = "gpu")]
+pub(crate) fn is_cubecl<T: 'static>() -> bool {
+    let id = std::any::TypeId::of::<T>();
+    #[cfg(feature = "wgpu")]
+    if id == std::any::TypeId::of::<burn_cubecl::tensor::CubeTensor<burn_wgpu::WgpuRuntime>>() {
+        return true;
+    }
+    #[cfg(feature = "cuda")]
+    if id
+        == std::any::TypeId::of::<
+            burn_cubecl::tensor::CubeTensor<burn_cubecl::cubecl::cuda::CudaRuntime>,
+        >()
+    {
+        return true;
+    }
+    let _ = id;
+    false
+}
+
 #[cfg(feature = "cuda")]
 pub(crate) use cube::{batch_folded, in_slot};
 

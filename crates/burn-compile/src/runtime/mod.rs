@@ -6,13 +6,17 @@ mod cache;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cublaslt;
+pub(crate) mod disk;
 mod executor;
 mod inner;
 mod kernels;
 pub(crate) mod profile;
+pub(crate) mod progress;
 
-pub(crate) use cache::{Accepts, PlanCache, execute, execute_one};
+pub(crate) use cache::{PlanCache, execute, execute_one, panic_message, plan_on};
 pub(crate) use executor::Executor;
 #[cfg(test)]
 pub(crate) use executor::RAN_ON;
 pub(crate) use inner::InnerDevice;
+#[cfg(feature = "gpu")]
+pub(crate) use kernels::is_cubecl;
