@@ -297,7 +297,9 @@ pub fn compare(tensor: &TensorIr, compiled: &TensorData, eager: &TensorData) -> 
     for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
         let same = (g.is_nan() && w.is_nan()) || g == w;
         let error = (g - w).abs();
-        if !same && !(error <= atol * scale + rtol * w.abs()) {
+        // A NaN error compares false, so it is never within tolerance.
+        let within = error <= atol * scale + rtol * w.abs();
+        if !same && !within {
             elements += 1;
             first.get_or_insert((i, g, w));
         }

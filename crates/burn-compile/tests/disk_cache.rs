@@ -191,10 +191,13 @@ fn other_version(file: &Path) {
     std::fs::write(file, bytes).unwrap();
 }
 
+/// A way to damage one entry file, and the words of the warning it must raise.
+type Fault = (fn(&Path), &'static str);
+
 /// Damages entries, runs a process on the cache: every damaged entry is reported invalid
 /// with its warning, rebuilt and rewritten, the rest are hits; a further process finds
 /// every entry good.
-fn damaged_entries_are_rebuilt(dir: &Path, faults: &[(fn(&Path), &str)]) {
+fn damaged_entries_are_rebuilt(dir: &Path, faults: &[Fault]) {
     let files = entries(dir);
     assert!(files.len() >= faults.len(), "{files:?}");
     let good = files.len() as u64;
