@@ -21,6 +21,7 @@ macro_rules! pair_tests {
                 #[test]
                 $(#[$attr])*
                 fn $case() {
+                    crate::own_process!($case);
                     check::<$compiled, $eager>(
                         concat!(stringify!($module), "::", stringify!($case)),
                         super::$case::<$compiled>,

@@ -1,6 +1,6 @@
 //! The recompile limit, the fail-on-recompile stance and the shape modes (`dynamic`): device-wide
-//! config and a process-wide stance, so one test walks through them in order, in a binary of
-//! its own.
+//! config and a process-wide stance, so one test walks through them in order, in a process
+//! of its own.
 //!
 //! Tolerance (f32): relative 1e-4, absolute 1e-5.
 
@@ -42,6 +42,7 @@ fn check_program(len: usize, scaled: bool) -> burn_compile::Explanation {
 
 #[test]
 fn limit_then_eager_fallback_and_fail_on_recompile() {
+    crate::own_process!(limit_then_eager_fallback_and_fail_on_recompile);
     let device = Default::default();
     configure::<burn_flex::FlexDevice>(
         &device,

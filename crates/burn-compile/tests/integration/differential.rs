@@ -34,7 +34,7 @@ type Out = Vec<TensorData>;
 // Inputs: tests/support (seeded SplitMix64, identical data on both sides).
 // ---------------------------------------------------------------------------------------------
 
-mod support;
+use crate::support;
 use support::{bool_data, float_data, int_data, stepped_data};
 
 /// Floats uniform in `[-1, 1)`.
@@ -275,6 +275,7 @@ support::pair_tests!(flex_only: Compiled<Flex>, Flex; [
 
 #[test]
 fn ndarray_has_no_half_precision() {
+    crate::own_process!(ndarray_has_no_half_precision);
     let dev = burn_ndarray::NdArrayDevice::default();
     for dtype in [DType::F16, DType::BF16] {
         assert!(
@@ -1420,7 +1421,7 @@ fn cast_float_bf16<B: Backend>(dev: &B::Device) -> Out {
 //
 // The inner backends keep their RNG in a process-wide static (Compiled<Flex> and Flex share
 // Flex's), so a random case holds `rng_lock` from its seed to its last read: other tests of
-// this binary run in parallel threads and would otherwise reseed in between.
+// this module run in parallel threads and would otherwise reseed in between.
 // ---------------------------------------------------------------------------------------------
 
 static RNG: Mutex<()> = Mutex::new(());

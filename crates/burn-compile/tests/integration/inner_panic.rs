@@ -26,6 +26,7 @@ fn bad_select<B: burn::tensor::backend::Backend>() -> Tensor<B, 2> {
 
 #[test]
 fn an_inner_backend_panic_is_raised_at_the_read_with_eagers_message() {
+    crate::own_process!(an_inner_backend_panic_is_raised_at_the_read_with_eagers_message);
     let eager = catch_unwind(AssertUnwindSafe(|| bad_select::<Flex>().into_data()));
     let eager = message(eager.expect_err("eager Flex panics on an out-of-range index"));
 

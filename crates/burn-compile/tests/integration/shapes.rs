@@ -7,8 +7,8 @@
 //! Every result is compared with eager Flex on the same inputs and weights.
 //!
 //! The recompile limit, its eager fallback, the fail-on-recompile stance and the other shape
-//! modes change process-wide or device-wide state: they are in `recompile_limit.rs`, a test
-//! binary of their own.
+//! modes change process-wide or device-wide state: they are in `recompile_limit.rs`, whose
+//! process is its own (`own_process!`).
 //!
 //! Tolerance (f32): relative 1e-4, absolute 1e-5 (the C kernels' `libm` and Flex's own
 //! functions differ in the last bits, and fused reductions sum in another order).
@@ -101,6 +101,7 @@ fn assert_close(what: &str, got: TensorData, want: TensorData) {
 
 #[test]
 fn w1_small_recompiles_once_per_new_batch_and_sequence_length() {
+    crate::own_process!(w1_small_recompiles_once_per_new_batch_and_sequence_length);
     let weights = weights(7);
     let compiled = model::<C>(weights.clone());
     let eager = model::<Flex>(weights);
@@ -192,6 +193,7 @@ fn rows_data(rows: usize, seed: usize) -> TensorData {
 /// eagerly, correct, and hands the range error to the next read.
 #[test]
 fn declared_dimensions_are_symbolic_from_the_first_compile_and_range_checked() {
+    crate::own_process!(declared_dimensions_are_symbolic_from_the_first_compile_and_range_checked);
     let device = Default::default();
     let rows = Dim::new("rows", 2, 64);
     let run = |n: usize, mark: bool| {
@@ -288,6 +290,7 @@ fn declared_program_try<B: Backend>(
 /// to eager; an empty tensor runs no kernel work.
 #[test]
 fn sizes_zero_and_one_compile_and_equal_eager() {
+    crate::own_process!(sizes_zero_and_one_compile_and_equal_eager);
     fn chain<B: Backend>(x: TensorData) -> TensorData {
         let x = Tensor::<B, 2>::from_data(x, &Default::default());
         let y = (x.clone() * 2.0).exp() + x.clone();
@@ -322,6 +325,7 @@ fn sizes_zero_and_one_compile_and_equal_eager() {
 /// another family (its first compile is not a recompile).
 #[test]
 fn another_program_is_another_family() {
+    crate::own_process!(another_program_is_another_family);
     fn run<B: Backend>(x: Tensor<B, 2>, double: bool) -> TensorData {
         let y = if double {
             x.clone() * 2.0

@@ -1,6 +1,6 @@
 //! The CPU path without a working C compiler: no compiler, a compiler that rejects the build,
 //! strict mode. The results are eager Flex's, after one warning per distinct failure; strict
-//! mode makes a failed build an error. (A binary of its own: it configures the one Flex device.)
+//! mode makes a failed build an error. (A process of its own: it configures the one Flex device.)
 
 use burn::tensor::{Tensor, TensorData, Tolerance};
 use burn_compile::{CompileConfig, Compiled, configure, explain, metrics};
@@ -8,7 +8,7 @@ use burn_flex::{Flex, FlexDevice};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-mod support;
+use crate::support;
 
 /// The log lines written by `burn-compile`, captured.
 #[derive(Clone, Default)]
@@ -48,6 +48,7 @@ fn check(shape: [usize; 2]) {
 
 #[test]
 fn without_a_working_compiler_the_ops_run_on_flex_after_one_warning() {
+    crate::own_process!(without_a_working_compiler_the_ops_run_on_flex_after_one_warning);
     let logs = Captured::default();
     let writer = logs.clone();
     tracing_subscriber::fmt()

@@ -1,5 +1,4 @@
-//! An eager op closes every thread's pending graph on the device. Its own test binary (a
-//! process of its own): run beside other tests, the eager op would cut their graphs too and
+//! An eager op closes every thread's pending graph on the device. In a process of its own: run beside other tests, the eager op would cut their graphs too and
 //! break their structural assertions (graph counts, merged ops).
 
 use burn::tensor::{Tensor, Tolerance};
@@ -8,7 +7,7 @@ use burn_flex::Flex;
 
 type C = Compiled<Flex>;
 
-mod support;
+use crate::support;
 
 use support::matrix as data;
 
@@ -16,6 +15,7 @@ use support::matrix as data;
 /// that way by another thread still belongs to its owner's `explain` region, which reports it.
 #[test]
 fn a_graph_another_thread_closes_is_reported_to_its_owners_explain() {
+    crate::own_process!(a_graph_another_thread_closes_is_reported_to_its_owners_explain);
     use std::sync::mpsc::channel;
     let (recorded, wait_recorded) = channel();
     let (closed, wait_closed) = channel();

@@ -7,7 +7,7 @@
 //! and its eager results on NdArray equal Flex's.
 //!
 //! Tolerance (f32): relative 1e-4, absolute 1e-5 against eager Flex; the check's own per-dtype
-//! tolerance is `replay::tolerance`. (A binary of its own: it configures the one Flex device.)
+//! tolerance is `replay::tolerance`. (A process of its own: it configures the one Flex device.)
 
 use burn::tensor::{Tensor, TensorData, Tolerance};
 use burn_compile::replay::{GraphFile, compare, graph_outputs, replay, run, take_accuracy_reports};
@@ -16,7 +16,7 @@ use burn_flex::{Flex, FlexDevice};
 use burn_ndarray::NdArray;
 use std::path::{Path, PathBuf};
 
-mod support;
+use crate::support;
 
 fn program<B: burn::tensor::backend::Backend>(seed: u64) -> TensorData {
     program_of::<B>([6, 40], seed)
@@ -47,6 +47,7 @@ fn files_in(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn accuracy_check_replay_and_dumps() {
+    crate::own_process!(accuracy_check_replay_and_dumps);
     burn_compile::init_logs();
     let root = std::env::temp_dir().join(format!("bc-accuracy-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);

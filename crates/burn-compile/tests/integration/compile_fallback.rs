@@ -1,12 +1,12 @@
 //! A graph whose compile fails runs eagerly: correct results, counted and logged once per
 //! graph; in strict mode the failure is an error at the read. (Fault injection:
-//! `inject_compile_failure`. A binary of its own: it configures the one Flex device.)
+//! `inject_compile_failure`. A process of its own: it configures the one Flex device.)
 
 use burn::tensor::{Tensor, TensorData, Tolerance};
 use burn_compile::{CompileConfig, Compiled, configure, metrics};
 use burn_flex::{Flex, FlexDevice};
 
-mod support;
+use crate::support;
 
 fn program<B: burn::tensor::backend::Backend>(shape: [usize; 2]) -> TensorData {
     let x = Tensor::<B, 2>::from_data(
@@ -18,6 +18,7 @@ fn program<B: burn::tensor::backend::Backend>(shape: [usize; 2]) -> TensorData {
 
 #[test]
 fn a_failed_compile_runs_eagerly_or_is_a_strict_error() {
+    crate::own_process!(a_failed_compile_runs_eagerly_or_is_a_strict_error);
     configure(
         &FlexDevice,
         CompileConfig {

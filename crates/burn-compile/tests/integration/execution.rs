@@ -1,5 +1,5 @@
 //! Graphs run on the device's execution thread (asynchronous execution, the default): results,
-//! and seeds must be exactly those of eager Burn. (Panics: tests/inner_panic.rs.)
+//! and seeds must be exactly those of eager Burn. (Panics: inner_panic.rs.)
 
 use burn::tensor::{Distribution, Tensor, TensorData};
 use burn_compile::Compiled;
@@ -7,11 +7,12 @@ use burn_flex::Flex;
 
 type C = Compiled<Flex>;
 
-mod support;
+use crate::support;
 use support::matrix;
 
 #[test]
 fn graphs_of_two_threads_interleave_on_the_worker_correctly() {
+    crate::own_process!(graphs_of_two_threads_interleave_on_the_worker_correctly);
     let device = Default::default();
     let run = |seed: u64| {
         let x = Tensor::<C, 2>::from_data(matrix([8, 8], seed), &Default::default());
@@ -41,6 +42,7 @@ fn graphs_of_two_threads_interleave_on_the_worker_correctly() {
 
 #[test]
 fn a_seed_waits_for_the_draws_queued_before_it() {
+    crate::own_process!(a_seed_waits_for_the_draws_queued_before_it);
     let device = Default::default();
     let draw = |seeded: &dyn Fn(u64)| -> Vec<TensorData> {
         seeded(11);
@@ -60,10 +62,11 @@ fn a_seed_waits_for_the_draws_queued_before_it() {
     compiled[1].assert_eq(&b.into_data(), true);
 }
 
-/// The replay profile names the steps a plan ran and counts them (other tests of this binary
+/// The replay profile names the steps a plan ran and counts them (other tests of this module
 /// replay too, so counts are at least this test's).
 #[test]
 fn the_replay_profile_counts_each_kind_of_step_replayed() {
+    crate::own_process!(the_replay_profile_counts_each_kind_of_step_replayed);
     let x = Tensor::<C, 2>::from_data(matrix([4, 4], 7), &Default::default());
     burn_compile::set_replay_profiling(true);
     for _ in 0..3 {

@@ -20,7 +20,7 @@ use burn::tensor::{DType, FloatDType, Tensor, TensorData, Tolerance};
 use burn_compile::{Compiled, Explanation, explain, mark_step};
 use burn_flex::Flex;
 
-mod support;
+use crate::support;
 
 use support::{Rng, float_data};
 
@@ -104,6 +104,7 @@ fn norm_gelu<B: Backend>(dtype: FloatDType) -> Vec<TensorData> {
 
 #[test]
 fn a_layer_norm_and_gelu_run_as_c_kernels_built_once_per_graph() {
+    crate::own_process!(a_layer_norm_and_gelu_run_as_c_kernels_built_once_per_graph);
     for dtype in [
         FloatDType::F32,
         FloatDType::F64,
@@ -147,6 +148,7 @@ fn a_layer_norm_and_gelu_run_as_c_kernels_built_once_per_graph() {
 /// no half types).
 #[test]
 fn ndarray_runs_the_c_kernels_too() {
+    crate::own_process!(ndarray_runs_the_c_kernels_too);
     use burn_ndarray::NdArray;
     for dtype in [FloatDType::F32, FloatDType::F64] {
         let report = differential(
@@ -174,6 +176,7 @@ fn ndarray_runs_the_c_kernels_too() {
 /// The second time a graph comes (a cached plan, its kernels built), nothing is built.
 #[test]
 fn a_cached_graph_builds_nothing() {
+    crate::own_process!(a_cached_graph_builds_nothing);
     let dtype = FloatDType::F32;
     let run = || {
         let x = tensor::<C, 2>([33, 47], 11, dtype);
@@ -194,6 +197,7 @@ fn a_cached_graph_builds_nothing() {
 /// their values.
 #[test]
 fn views_are_read_through_their_strides() {
+    crate::own_process!(views_are_read_through_their_strides);
     fn views<B: Backend>() -> Vec<TensorData> {
         let a = tensor::<B, 2>([24, 40], 21, FloatDType::F32);
         let b = tensor::<B, 2>([40, 24], 22, FloatDType::F32);
@@ -222,6 +226,7 @@ fn views_are_read_through_their_strides() {
 /// own error) of the exact softmax of the half inputs.
 #[test]
 fn half_softmax_rounds_once() {
+    crate::own_process!(half_softmax_rounds_once);
     for dtype in [FloatDType::F16, FloatDType::BF16] {
         let x = tensor::<C, 2>([8, 100], 31, dtype);
         let exact: Vec<f64> = x
@@ -425,20 +430,24 @@ fn random_graphs(dtype: FloatDType, seeds: std::ops::Range<u64>) {
 
 #[test]
 fn random_graphs_f32() {
+    crate::own_process!(random_graphs_f32);
     random_graphs(FloatDType::F32, 0..40);
 }
 
 #[test]
 fn random_graphs_f64() {
+    crate::own_process!(random_graphs_f64);
     random_graphs(FloatDType::F64, 100..130);
 }
 
 #[test]
 fn random_graphs_f16() {
+    crate::own_process!(random_graphs_f16);
     random_graphs(FloatDType::F16, 200..230);
 }
 
 #[test]
 fn random_graphs_bf16() {
+    crate::own_process!(random_graphs_bf16);
     random_graphs(FloatDType::BF16, 300..330);
 }

@@ -1,5 +1,5 @@
 //! `async_execution: false`: graphs run on the thread that closes them. Same results and the
-//! same panics as eager Burn. (Own test binary: it configures the default device.)
+//! same panics as eager Burn. (A process of its own: it configures the default device.)
 
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_compile::{CompileConfig, Compiled, configure};
@@ -25,6 +25,7 @@ fn bad_select<B: burn::tensor::backend::Backend>() {
 
 #[test]
 fn synchronous_execution_matches_eager() {
+    crate::own_process!(synchronous_execution_matches_eager);
     let device = Default::default();
     configure(
         &device,

@@ -1,6 +1,6 @@
 //! A loop that never reads to host settles into repeating cached graphs: the size limit finds
 //! the loop's period and cuts every period, so every graph after warm-up is a cache hit.
-//! (Own test binary: it configures the default device.)
+//! (A process of its own: it configures the default device.)
 
 use burn::tensor::{Tensor, TensorData, Tolerance};
 use burn_compile::{BreakReason, CompileConfig, Compiled, configure, metrics};
@@ -14,6 +14,7 @@ fn update<B: burn::tensor::backend::Backend>(w: Tensor<B, 2>, x: &Tensor<B, 2>) 
 
 #[test]
 fn a_loop_without_reads_settles_into_cache_hits() {
+    crate::own_process!(a_loop_without_reads_settles_into_cache_hits);
     let device = Default::default();
     configure(
         &device,

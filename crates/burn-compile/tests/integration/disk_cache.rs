@@ -3,10 +3,10 @@
 //! are ignored with a warning and rebuilt; two processes share one directory; export and
 //! import carry a cache to a fresh directory. Every run compares its outputs with eager Flex
 //! on the same inputs and weights (f32: relative 1e-4, absolute 1e-5). Each scenario runs in
-//! a child process of this test binary, as a real warm start would: the parent reads its
+//! a child process of the test binary, as a real warm start would: the parent reads its
 //! metrics from its last line.
 //!
-//! (A binary of its own: it configures the one Flex device.)
+//! (A process of its own: it configures the one Flex device.)
 
 use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
@@ -18,7 +18,7 @@ use burn_flex::{Flex, FlexDevice};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod support;
+use crate::support;
 
 fn w1_small<B: Backend>() -> TransformerEncoder<B> {
     let config = TransformerEncoderConfig::new(32, 64, 4, 2)
@@ -95,7 +95,7 @@ fn spawn(dir: &Path) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_runs_w1_small",
+            "disk_cache::child_runs_w1_small",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -147,6 +147,7 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn a_second_process_compiles_nothing() {
+    crate::own_process!(a_second_process_compiles_nothing);
     let dir = fresh_dir("warm");
     let (cold, _) = run_child(&dir);
     assert!(cold.get("disk_cache_misses") > 0);
@@ -221,6 +222,7 @@ fn damaged_entries_are_rebuilt(dir: &Path, faults: &[Fault]) {
 
 #[test]
 fn corrupt_truncated_and_other_version_entries_are_rebuilt() {
+    crate::own_process!(corrupt_truncated_and_other_version_entries_are_rebuilt);
     let dir = fresh_dir("faults");
     let (cold, _) = run_child(&dir);
     assert_eq!(entries(&dir).len() as u64, cold.get("disk_cache_writes"));
@@ -233,6 +235,7 @@ fn corrupt_truncated_and_other_version_entries_are_rebuilt() {
 
 #[test]
 fn two_processes_share_one_cache_dir() {
+    crate::own_process!(two_processes_share_one_cache_dir);
     let dir = fresh_dir("shared");
     let children = [spawn(&dir), spawn(&dir)];
     let mut writes = 0;
@@ -250,6 +253,7 @@ fn two_processes_share_one_cache_dir() {
 
 #[test]
 fn an_exported_bundle_warms_a_fresh_directory() {
+    crate::own_process!(an_exported_bundle_warms_a_fresh_directory);
     let dir = fresh_dir("export");
     let (cold, _) = run_child(&dir);
     let bundle = dir.with_extension("tar");

@@ -8,7 +8,7 @@ use burn_ndarray::NdArray;
 
 type C = Compiled<Flex>;
 
-mod support;
+use crate::support;
 
 use support::matrix as data;
 
@@ -19,6 +19,7 @@ fn step<B: burn::tensor::backend::Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>) -> 
 
 #[test]
 fn second_identical_step_hits_the_cache() {
+    crate::own_process!(second_identical_step_hits_the_cache);
     let device = Default::default();
     let (x, w) = (data([4, 8], 1), data([8, 8], 2));
     let run = || {
@@ -49,6 +50,7 @@ fn second_identical_step_hits_the_cache() {
 
 #[test]
 fn host_read_is_a_break_with_the_user_location() {
+    crate::own_process!(host_read_is_a_break_with_the_user_location);
     let device = Default::default();
     let x = Tensor::<C, 2>::from_data(data([3, 3], 3), &device);
     let (total, report) = explain(|| {
@@ -79,6 +81,7 @@ fn host_read_is_a_break_with_the_user_location() {
 
 #[test]
 fn an_activation_is_one_op_run_by_the_inner_backend() {
+    crate::own_process!(an_activation_is_one_op_run_by_the_inner_backend);
     let device = Default::default();
     let x = Tensor::<C, 2>::from_data(data([3, 5], 5), &device);
     let (out, report) = explain(|| burn::tensor::activation::softmax(x.clone(), 1).into_data());
@@ -98,6 +101,7 @@ fn an_activation_is_one_op_run_by_the_inner_backend() {
 
 #[test]
 fn ops_dropped_unused_are_not_executed() {
+    crate::own_process!(ops_dropped_unused_are_not_executed);
     let device = Default::default();
     let x = Tensor::<C, 2>::from_data(data([4, 4], 4), &device);
     let (out, report) = explain(|| {
@@ -113,6 +117,7 @@ fn ops_dropped_unused_are_not_executed() {
 
 #[test]
 fn random_ops_are_never_dead_so_draws_match_eager() {
+    crate::own_process!(random_ops_are_never_dead_so_draws_match_eager);
     let device = Default::default();
     <C as burn::tensor::backend::Backend>::seed(&device, 7);
     let compiled = {
@@ -131,6 +136,7 @@ fn random_ops_are_never_dead_so_draws_match_eager() {
 
 #[test]
 fn fullgraph_names_the_break() {
+    crate::own_process!(fullgraph_names_the_break);
     let device = Default::default();
     let x = Tensor::<C, 2>::from_data(data([2, 2], 5), &device);
     let err = fullgraph(|| {
@@ -148,6 +154,7 @@ fn fullgraph_names_the_break() {
 
 #[test]
 fn a_users_tensor_is_never_clobbered() {
+    crate::own_process!(a_users_tensor_is_never_clobbered);
     let device = Default::default();
     let a = Tensor::<C, 2>::from_data(data([3, 4], 6), &device);
     let keep = a.clone();
@@ -166,6 +173,7 @@ fn a_users_tensor_is_never_clobbered() {
 
 #[test]
 fn sync_and_mark_step_are_breaks() {
+    crate::own_process!(sync_and_mark_step_are_breaks);
     let device = Default::default();
     let x = Tensor::<C, 2>::from_data(data([2, 3], 7), &device);
     let (_, report) = explain(|| {
@@ -185,6 +193,7 @@ fn sync_and_mark_step_are_breaks() {
 
 #[test]
 fn threads_capture_separate_streams() {
+    crate::own_process!(threads_capture_separate_streams);
     let handles: Vec<_> = (0..2u64)
         .map(|t| {
             std::thread::spawn(move || {
@@ -224,6 +233,7 @@ fn threads_capture_separate_streams() {
 
 #[test]
 fn a_tensor_shared_across_threads_is_synchronized() {
+    crate::own_process!(a_tensor_shared_across_threads_is_synchronized);
     let device = Default::default();
     let x = Tensor::<C, 2>::from_data(data([3, 3], 30), &device);
     let y = x.clone().exp(); // pending in this thread's graph
@@ -238,6 +248,7 @@ fn a_tensor_shared_across_threads_is_synchronized() {
 
 #[test]
 fn a_tensor_made_by_a_finished_thread_is_usable() {
+    crate::own_process!(a_tensor_made_by_a_finished_thread_is_usable);
     let device = Default::default();
     let x = Tensor::<C, 2>::from_data(data([2, 5], 31), &device);
     // The worker's graph is still pending when it returns its result and exits.
@@ -250,6 +261,7 @@ fn a_tensor_made_by_a_finished_thread_is_usable() {
 
 #[test]
 fn a_thread_exiting_with_a_pending_matmul_does_not_abort() {
+    crate::own_process!(a_thread_exiting_with_a_pending_matmul_does_not_abort);
     // Regression: the exiting thread's graph used to run inside a thread-local destructor, where
     // the inner backend's own thread-locals (gemm's) were already gone: the process aborted.
     let device = Default::default();
@@ -269,10 +281,11 @@ fn a_thread_exiting_with_a_pending_matmul_does_not_abort() {
 
 #[test]
 fn a_repeated_op_runs_once_and_its_repeat_shares_the_result() {
+    crate::own_process!(a_repeated_op_runs_once_and_its_repeat_shares_the_result);
     // Burn's LayerNorm centres twice (`x - mean` in var_mean_bias, then to normalize). The
     // repeat shares the first result; the first is then consumed by an op that could run in
     // place (`a + 1`, its last use): the shared buffer has two owners, so the repeat's value
-    // must survive it. On NdArray with fusion off (a device of its own in this binary): fused,
+    // must survive it. On NdArray with fusion off (a device of its own in this module's process): fused,
     // the whole function is one C kernel, and the sharing happens inside it.
     burn_compile::configure(
         &burn_ndarray::NdArrayDevice::default(),

@@ -12,7 +12,7 @@ use burn_flex::Flex;
 
 type C = Compiled<Flex>;
 
-mod support;
+use crate::support;
 
 use support::matrix as data;
 
@@ -37,6 +37,7 @@ fn reasons(report: &burn_compile::Explanation) -> Vec<BreakReason> {
 
 #[test]
 fn a_bf16_tensor_reads_back_as_bf16() {
+    crate::own_process!(a_bf16_tensor_reads_back_as_bf16);
     let _serial = serial();
     let device = Default::default();
     let input = data([3, 4], 1);
@@ -54,6 +55,7 @@ fn a_bf16_tensor_reads_back_as_bf16() {
 
 #[test]
 fn an_f16_tensor_and_an_int_tensor_keep_their_dtype() {
+    crate::own_process!(an_f16_tensor_and_an_int_tensor_keep_their_dtype);
     let _serial = serial();
     let device = Default::default();
     let input = data([2, 5], 2);
@@ -74,6 +76,7 @@ fn an_f16_tensor_and_an_int_tensor_keep_their_dtype() {
 
 #[test]
 fn quantize_dequantize_round_trip_matches_eager() {
+    crate::own_process!(quantize_dequantize_round_trip_matches_eager);
     let _serial = serial();
     let device = Default::default();
     let input = data([4, 8], 3);
@@ -108,6 +111,7 @@ fn quantize_dequantize_round_trip_matches_eager() {
 
 #[test]
 fn quantized_ops_match_eager() {
+    crate::own_process!(quantized_ops_match_eager);
     let _serial = serial();
     let device = Default::default();
     let (a, b) = (data([4, 6], 4), data([6, 3], 5));
@@ -145,6 +149,7 @@ fn quantized_ops_match_eager() {
 
 #[test]
 fn quantized_data_uploads_and_reads_back() {
+    crate::own_process!(quantized_data_uploads_and_reads_back);
     let _serial = serial();
     let device = Default::default();
     let q = Tensor::<Flex, 2>::from_data(data([3, 4], 6), &device)
@@ -161,6 +166,7 @@ fn quantized_data_uploads_and_reads_back() {
 
 #[test]
 fn rfft_and_irfft_match_eager() {
+    crate::own_process!(rfft_and_irfft_match_eager);
     let _serial = serial();
     let device = Default::default();
     let input = data([2, 8], 7);
@@ -204,6 +210,7 @@ fn rfft_and_irfft_match_eager() {
 
 #[test]
 fn argwhere_and_nonzero_are_data_dependent_shape_breaks() {
+    crate::own_process!(argwhere_and_nonzero_are_data_dependent_shape_breaks);
     let _serial = serial();
     let device = Default::default();
     let input = data([4, 5], 8);
@@ -241,6 +248,7 @@ fn argwhere_and_nonzero_are_data_dependent_shape_breaks() {
 
 #[test]
 fn sorts_run_on_the_inner_backend() {
+    crate::own_process!(sorts_run_on_the_inner_backend);
     let _serial = serial();
     let device = Default::default();
     let input = data([3, 6], 9);
@@ -274,6 +282,7 @@ fn sorts_run_on_the_inner_backend() {
 
 #[test]
 fn int_to_int_casts_are_captured() {
+    crate::own_process!(int_to_int_casts_are_captured);
     let _serial = serial();
     // burn-router records the cast but its runner cannot execute it (`unreachable!`); our
     // dispatch runs the inner backend's `int_cast`, inside the graph.

@@ -30,7 +30,7 @@ type Out = Vec<TensorData>;
 // Inputs: tests/support (seeded SplitMix64, identical data on both sides).
 // ---------------------------------------------------------------------------------------------
 
-mod support;
+use crate::support;
 use support::{float_data, int_data, load, weights};
 
 /// A leaf that requires grad, uniform in `[lo, hi)`.
@@ -439,11 +439,13 @@ fn training_matches<C: AutodiffBackend, E: AutodiffBackend>(case: &str) {
 
 #[test]
 fn flex_transformer_adam_training_matches_eager() {
+    crate::own_process!(flex_transformer_adam_training_matches_eager);
     training_matches::<Autodiff<Compiled<Flex>>, Autodiff<Flex>>("flex transformer training");
 }
 
 #[test]
 fn ndarray_transformer_adam_training_matches_eager() {
+    crate::own_process!(ndarray_transformer_adam_training_matches_eager);
     training_matches::<Autodiff<Compiled<NdArray>>, Autodiff<NdArray>>(
         "ndarray transformer training",
     );
@@ -466,10 +468,12 @@ fn seeded_init_matches<C: Backend, E: Backend>() {
 
 #[test]
 fn flex_seeded_init_gives_identical_weights() {
+    crate::own_process!(flex_seeded_init_gives_identical_weights);
     seeded_init_matches::<Autodiff<Compiled<Flex>>, Autodiff<Flex>>();
 }
 
 #[test]
 fn ndarray_seeded_init_gives_identical_weights() {
+    crate::own_process!(ndarray_seeded_init_gives_identical_weights);
     seeded_init_matches::<Autodiff<Compiled<NdArray>>, Autodiff<NdArray>>();
 }

@@ -1,4 +1,4 @@
-//! Stances are process-wide, so they get their own test binary and one test that walks through
+//! Stances are process-wide, so they get a process of their own and one test that walks through
 //! them in order.
 
 use burn::tensor::{Tensor, TensorData};
@@ -19,6 +19,7 @@ fn activations<B: burn::tensor::backend::Backend>(x: Tensor<B, 2>) -> TensorData
 
 #[test]
 fn stances_eager_and_fail_on_recompile() {
+    crate::own_process!(stances_eager_and_fail_on_recompile);
     let device = Default::default();
     let x = Tensor::<C, 2>::from_data(
         TensorData::new(vec![0.1f32, 0.2, 0.3, 0.4], [2, 2]),
