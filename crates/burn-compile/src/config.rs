@@ -6,6 +6,7 @@
 
 use burn_backend::{DeviceId, DeviceOps};
 use serde::{Deserialize, Serialize};
+use std::any::TypeId;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -375,15 +376,25 @@ impl CompileConfig {
 
     /// The directory of built kernels: [`CompileConfig::cache_dir`] or the user's cache.
     pub fn kernel_cache_dir(&self) -> std::path::PathBuf {
-        if let Some(dir) = &self.cache_dir {
-            return dir.clone();
+        self.cache_dir
+            .clone()
+            .unwrap_or_else(burn_compile_runtime::default_cache_dir)
+    }
+
+    /// What the runtime reads of this config.
+    pub fn runtime(&self) -> burn_compile_runtime::RuntimeConfig {
+        burn_compile_runtime::RuntimeConfig {
+            strict: self.strict,
+            inject_kernel_failure: self.inject_kernel_failure,
+            attention_autotune: self.attention_autotune,
+            replay_on_device_thread: self.replay_on_device_thread,
+            vectorize: self.vectorize,
+            c_compiler: self.c_compiler.clone(),
+            c_flags: self.c_flags.clone(),
+            cache_dir: self.kernel_cache_dir(),
+            disk_cache: self.disk_cache,
+            cache_max_bytes: self.cache_max_bytes,
         }
-        let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        env("XDG_CACHE_HOME")
-            .map(std::path::PathBuf::from)
-            .or_else(|| env("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
-            .unwrap_or_else(std::env::temp_dir)
-            .join("burn-compile")
     }
 
     /// Where replay files are written: [`CompileConfig::incident_dir`] or the cache's
@@ -400,7 +411,11 @@ impl CompileConfig {
     }
 }
 
-static CONFIGS: Mutex<Vec<(DeviceId, CompileConfig)>> = Mutex::new(Vec::new());
+/// A device: its type and its id. The id alone is not enough: devices of different backends
+/// share ids (`NdArrayDevice::Cpu` and Flex's default device are both type 0, index 0).
+type DeviceKey = (TypeId, DeviceId);
+
+static CONFIGS: Mutex<Vec<(DeviceKey, CompileConfig)>> = Mutex::new(Vec::new());
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// Bumped by every [`configure`]: devices re-read their config at their next break when it moved.
@@ -409,8 +424,8 @@ pub(crate) fn generation() -> u64 {
 }
 
 /// Sets the configuration of one device. Takes effect at the device's next graph break.
-pub fn configure<D: DeviceOps>(device: &D, config: CompileConfig) {
-    let id = device.id();
+pub fn configure<D: DeviceOps + 'static>(device: &D, config: CompileConfig) {
+    let id = (TypeId::of::<D>(), device.id());
     let mut configs = CONFIGS.lock().unwrap_or_else(|e| e.into_inner());
     configs.retain(|(d, _)| *d != id);
     configs.push((id, config));
@@ -421,7 +436,8 @@ pub fn configure<D: DeviceOps>(device: &D, config: CompileConfig) {
 ///
 /// The environment is read when the device starts and after each [`configure`] call. An invalid
 /// variable is reported as a warning and ignored, rather than failing the user's training run.
-pub fn config_for(id: DeviceId) -> CompileConfig {
+pub fn config_for<D: DeviceOps + 'static>(device: &D) -> CompileConfig {
+    let id = (TypeId::of::<D>(), device.id());
     let base = CONFIGS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -441,6 +457,37 @@ pub fn config_for(id: DeviceId) -> CompileConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A device's config is its own: configuring NdArray's default device leaves Flex's, which
+    /// has the same `DeviceId`, alone (a regression: fusion turned off for one turned it off for
+    /// both).
+    #[test]
+    fn devices_of_two_backends_with_one_id_have_their_own_configs() {
+        let ndarray = burn_ndarray::NdArrayDevice::default();
+        let flex = burn_flex::FlexDevice;
+        assert_eq!(ndarray.id(), flex.id(), "the collision this test is about");
+        configure(
+            &ndarray,
+            CompileConfig {
+                fusion: false,
+                ..Default::default()
+            },
+        );
+        assert!(!config_for(&ndarray).fusion);
+        assert_eq!(
+            config_for(&flex).fusion,
+            CompileConfig::default().with_env().unwrap().fusion
+        );
+    }
+
+    /// The runtime's defaults (a target not yet configured uses them) are this config's.
+    #[test]
+    fn the_runtime_defaults_are_the_configs() {
+        assert_eq!(
+            CompileConfig::default().runtime(),
+            burn_compile_runtime::RuntimeConfig::default()
+        );
+    }
 
     #[test]
     fn overrides_apply_and_reject_garbage() {

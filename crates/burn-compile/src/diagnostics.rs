@@ -62,82 +62,19 @@ pub struct GraphRecord {
     pub region_end: bool,
     /// Readable listing, when diagnostics are on.
     pub listing: Option<String>,
+    /// Its plan's executable, one line per launch, when diagnostics are on
+    /// (`burn_compile_runtime::Executable`).
+    pub executable: Option<String>,
     /// The generated kernels built for this graph when it first ran (the CPU target's C unit),
     /// filled in by `explain` once the region's graphs have run; `None` where nothing was built
     /// (GPU targets compile each kernel at its first launch, inside the runtime).
     pub kernel_build: Option<KernelBuild>,
 }
 
-/// A build of a graph's generated kernels at the end of its first replay (the CPU target: all
-/// of its C kernels in one unit, built by the system compiler or found in the disk cache).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelBuild {
-    /// Kernels in the unit.
-    pub kernels: usize,
-    /// Time to generate, compile (or find) and load them.
-    pub time: Duration,
-    /// Found in the disk cache, not compiled.
-    pub cached: bool,
-    /// Why the build failed (the kernels' ops run on the inner backend), if it did.
-    pub error: Option<String>,
-}
-
-impl std::fmt::Display for KernelBuild {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.error {
-            Some(e) => write!(f, "{} C kernel(s) failed to build ({e})", self.kernels),
-            None => write!(
-                f,
-                "{} C kernel(s) {} in {:?}",
-                self.kernels,
-                if self.cached {
-                    "loaded from the disk cache"
-                } else {
-                    "compiled"
-                },
-                self.time
-            ),
-        }
-    }
-}
-
-/// Kernel builds not yet claimed by an `explain` region, by graph (bounded: the oldest go).
-static BUILDS: Mutex<Vec<(u64, GraphKey, KernelBuild)>> = Mutex::new(Vec::new());
-
-/// Builds recorded so far: each build's number, so that a region claims only its own.
-static BUILD_COUNT: AtomicU64 = AtomicU64::new(0);
-
-/// The number the next build will have (an `explain` region claims builds from it on).
-pub(crate) fn kernel_builds_mark() -> u64 {
-    BUILD_COUNT.load(Ordering::Acquire)
-}
-
-/// A target built the kernels of graph `key` (on the thread that ran it).
-pub(crate) fn kernels_built(key: GraphKey, build: KernelBuild) {
-    let c = &COUNTERS;
-    if build.error.is_none() {
-        c.kernel_builds.fetch_add(1, Ordering::Relaxed);
-        c.kernel_build_nanos
-            .fetch_add(build.time.as_nanos() as u64, Ordering::Relaxed);
-    }
-    tracing::info!(target: "burn_compile::output_code", "graph {key}: {build}");
-    let mut builds = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
-    if builds.len() >= 1024 {
-        builds.remove(0);
-    }
-    let number = BUILD_COUNT.fetch_add(1, Ordering::AcqRel);
-    builds.push((number, key, build));
-}
-
-/// The build of graph `key`'s kernels numbered `since` or later, if one happened and is not
-/// yet claimed.
-pub(crate) fn take_kernel_build(key: GraphKey, since: u64) -> Option<KernelBuild> {
-    let mut builds = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
-    let i = builds
-        .iter()
-        .position(|(n, k, _)| *n >= since && *k == key)?;
-    Some(builds.remove(i).2)
-}
+// Kernel builds happen in the runtime, at the end of a graph's first replay; it keeps them until
+// the `explain` region of the graph claims them.
+use burn_compile_runtime::KernelBuild;
+pub(crate) use burn_compile_runtime::counters::{kernel_builds_mark, take_kernel_build};
 
 /// What the memory plan of a graph placed (see `CompileConfig::memory_planning`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -231,20 +168,10 @@ pub(crate) struct Counters {
     pub ops_executed: AtomicU64,
     pub ops_eliminated: AtomicU64,
     pub eager_ops: AtomicU64,
-    pub kernel_fallbacks: AtomicU64,
-    pub attention_kernels: AtomicU64,
-    pub vectorized_kernels: AtomicU64,
-    pub kernel_builds: AtomicU64,
-    pub kernel_build_nanos: AtomicU64,
     pub recompiles: AtomicU64,
     pub past_recompile_limit: AtomicU64,
     pub symbolic_graphs: AtomicU64,
-    pub kernels_launched: AtomicU64,
     pub compile_fallbacks: AtomicU64,
-    pub disk_cache_hits: AtomicU64,
-    pub disk_cache_misses: AtomicU64,
-    pub disk_cache_invalid: AtomicU64,
-    pub disk_cache_writes: AtomicU64,
     pub accuracy_checks: AtomicU64,
     pub accuracy_failures: AtomicU64,
     pub breaks: [AtomicU64; 9],
@@ -259,20 +186,10 @@ pub(crate) static COUNTERS: Counters = Counters {
     ops_executed: AtomicU64::new(0),
     ops_eliminated: AtomicU64::new(0),
     eager_ops: AtomicU64::new(0),
-    kernel_fallbacks: AtomicU64::new(0),
-    attention_kernels: AtomicU64::new(0),
-    vectorized_kernels: AtomicU64::new(0),
-    kernel_builds: AtomicU64::new(0),
-    kernel_build_nanos: AtomicU64::new(0),
     recompiles: AtomicU64::new(0),
     past_recompile_limit: AtomicU64::new(0),
     symbolic_graphs: AtomicU64::new(0),
-    kernels_launched: AtomicU64::new(0),
     compile_fallbacks: AtomicU64::new(0),
-    disk_cache_hits: AtomicU64::new(0),
-    disk_cache_misses: AtomicU64::new(0),
-    disk_cache_invalid: AtomicU64::new(0),
-    disk_cache_writes: AtomicU64::new(0),
     accuracy_checks: AtomicU64::new(0),
     accuracy_failures: AtomicU64::new(0),
     breaks: [const { AtomicU64::new(0) }; 9],
@@ -350,23 +267,7 @@ pub(crate) fn report(record: GraphRecord, owner: ThreadId, own_thread: bool) {
     });
 }
 
-/// A generated kernel failed and its ops ran on the inner backend.
-pub(crate) fn kernel_fallback() {
-    COUNTERS.kernel_fallbacks.fetch_add(1, Ordering::Relaxed);
-}
-
-/// A generated kernel was launched with vector loads and stores.
-#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
-pub(crate) fn vectorized_kernel() {
-    COUNTERS.vectorized_kernels.fetch_add(1, Ordering::Relaxed);
-}
-
 /// Adds one to a counter.
 pub(crate) fn count(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
-}
-
-/// An attention step ran as one attention kernel.
-pub(crate) fn attention_kernel() {
-    COUNTERS.attention_kernels.fetch_add(1, Ordering::Relaxed);
 }

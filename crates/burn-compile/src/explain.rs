@@ -158,6 +158,12 @@ impl fmt::Display for Explanation {
                     writeln!(f, "    {line}")?;
                 }
             }
+            if let Some(executable) = &g.executable {
+                writeln!(f, "  executable:")?;
+                for line in executable.lines() {
+                    writeln!(f, "    {line}")?;
+                }
+            }
         }
         Ok(())
     }

@@ -4,8 +4,10 @@
 //! `Compiled<Cuda>`, also under `Autodiff<…>`) and every op is captured into graphs, cut at
 //! explicit, explained breaks, and replayed through cached plans.
 //!
-//! The pipeline reads in folder order: `backend` + `capture` (this crate) → `graph` → `passes` →
-//! `schedule` (backend-free crates) → `runtime` (this crate).
+//! The pipeline reads in crate order: `backend` + `capture` (this crate) → `graph` → `passes` →
+//! `schedule` → `codegen` (backend-free crates) → `runtime` (`burn-compile-runtime`). This crate
+//! also holds the plan cache (`plan_cache`: compiles, recompiles, symbolic plans) and what
+//! users see: config, `explain`, metrics, logs, incident replay.
 //!
 //! ```no_run
 //! use burn::tensor::Tensor;
@@ -23,24 +25,26 @@ mod capture;
 mod config;
 mod diagnostics;
 mod dims;
+mod disk_cache;
 mod explain;
 mod logs;
 mod metrics;
+mod plan_cache;
 mod registry;
 pub mod replay;
-mod runtime;
 mod stance;
 
 pub use burn_compile_disk_cache::ImportReport;
+pub use burn_compile_runtime::KernelBuild;
+pub use burn_compile_runtime::profile::{StepTime, set_replay_profiling, take_replay_profile};
 pub use capture::{BreakReason, CompileChannel, CompileClient, GraphBreak, SameBackendBridge};
 pub use config::{CompileConfig, ConfigError, DynamicShapes, config_for, configure};
-pub use diagnostics::{GraphRecord, KernelBuild, PlannedMemory};
+pub use diagnostics::{GraphRecord, PlannedMemory};
 pub use dims::{Dim, DimError, MarkDynamic, mark_dynamic};
+pub use disk_cache::{cache_usage, export_cache, import_cache};
 pub use explain::{Explanation, FullGraphError, explain, fullgraph, mark_step, take_error};
 pub use logs::{TOPICS as LOG_TOPICS, init_logs};
 pub use metrics::{Metrics, metrics};
-pub use runtime::disk::{cache_usage, export_cache, import_cache};
-pub use runtime::profile::{StepTime, set_replay_profiling, take_replay_profile};
 pub use stance::{Stance, set_stance, stance};
 
 pub use burn_compile_graph::GraphKey;

@@ -116,6 +116,7 @@ impl Metrics {
 /// Reads the counters.
 pub fn metrics() -> Metrics {
     let c = &COUNTERS;
+    let r = &burn_compile_runtime::counters::COUNTERS;
     Metrics {
         ops_recorded: c.ops_recorded.load(Relaxed),
         graphs: c.graphs.load(Relaxed),
@@ -128,17 +129,17 @@ pub fn metrics() -> Metrics {
         ops_executed: c.ops_executed.load(Relaxed),
         ops_eliminated: c.ops_eliminated.load(Relaxed),
         eager_ops: c.eager_ops.load(Relaxed),
-        kernel_fallbacks: c.kernel_fallbacks.load(Relaxed),
-        attention_kernels: c.attention_kernels.load(Relaxed),
-        vectorized_kernels: c.vectorized_kernels.load(Relaxed),
-        kernel_builds: c.kernel_builds.load(Relaxed),
-        kernel_build_time: Duration::from_nanos(c.kernel_build_nanos.load(Relaxed)),
-        kernels_launched: c.kernels_launched.load(Relaxed),
+        kernel_fallbacks: r.kernel_fallbacks.load(Relaxed),
+        attention_kernels: r.attention_kernels.load(Relaxed),
+        vectorized_kernels: r.vectorized_kernels.load(Relaxed),
+        kernel_builds: r.kernel_builds.load(Relaxed),
+        kernel_build_time: Duration::from_nanos(r.kernel_build_nanos.load(Relaxed)),
+        kernels_launched: r.kernels_launched.load(Relaxed),
         compile_fallbacks: c.compile_fallbacks.load(Relaxed),
-        disk_cache_hits: c.disk_cache_hits.load(Relaxed),
-        disk_cache_misses: c.disk_cache_misses.load(Relaxed),
-        disk_cache_invalid: c.disk_cache_invalid.load(Relaxed),
-        disk_cache_writes: c.disk_cache_writes.load(Relaxed),
+        disk_cache_hits: r.disk_cache_hits.load(Relaxed),
+        disk_cache_misses: r.disk_cache_misses.load(Relaxed),
+        disk_cache_invalid: r.disk_cache_invalid.load(Relaxed),
+        disk_cache_writes: r.disk_cache_writes.load(Relaxed),
         accuracy_checks: c.accuracy_checks.load(Relaxed),
         accuracy_failures: c.accuracy_failures.load(Relaxed),
         breaks: BreakReason::ALL

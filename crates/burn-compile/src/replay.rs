@@ -18,9 +18,10 @@
 //! ([`tolerance`]); ints and bools exactly; NaN matches NaN.
 
 use crate::config::CompileConfig;
-use crate::runtime::{InnerDevice, PlanCache, execute, execute_one, plan_on};
+use crate::plan_cache::{PlanCache, plan_on};
 use burn_backend::{DType, TensorData};
 use burn_compile_graph::Segment;
+use burn_compile_runtime::{InnerDevice, execute, execute_one};
 use burn_ir::{BackendIr, OperationIr, TensorId, TensorIr, TensorStatus};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
@@ -74,7 +75,7 @@ impl GraphFile {
             .collect();
         GraphFile {
             format: GRAPH_FILE_FORMAT,
-            versions: crate::runtime::disk::versions(),
+            versions: burn_compile_runtime::disk::versions(),
             key: key.into(),
             reason: reason.into(),
             ops,
@@ -328,7 +329,7 @@ pub fn run<B: BackendIr>(
     let outputs = graph_outputs(ops);
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match config {
         Some(config) => {
-            inner.set_kernel_policy(config);
+            inner.set_kernel_policy(&config.runtime());
             let mut segment = Segment::new();
             for op in ops {
                 segment.push(op.clone());
@@ -358,7 +359,7 @@ pub fn run<B: BackendIr>(
             }
         }
     }));
-    ran.map_err(|p| crate::runtime::panic_message(&*p))?;
+    ran.map_err(|p| burn_compile_runtime::panic_message(&*p))?;
     outputs
         .iter()
         .map(|t| {

@@ -22,11 +22,11 @@ mod transaction;
 
 use crate::capture::{BreakReason, CompileChannel, CompileClient};
 use crate::diagnostics;
-use crate::runtime::InnerDevice;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{
     Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, Shape, TensorData, TensorMetadata,
 };
+use burn_compile_runtime::InnerDevice;
 use burn_ir::{BackendIr, TensorHandle, TensorIr};
 use burn_router::{BackendRouter, RouterTensor, RunnerClient};
 use burn_std::future::DynFut;

@@ -12,10 +12,11 @@ use super::period::PeriodDetector;
 use crate::config::{CompileConfig, config_for};
 use crate::diagnostics;
 use crate::dims::Dim;
-use crate::runtime::{Executor, InnerDevice, PlanCache, execute_one, plan_on};
+use crate::plan_cache::{PlanCache, plan_on};
 use crate::stance::{Stance, stance};
-use burn_backend::{DType, DeviceOps, ExecutionError, Shape, TensorData};
+use burn_backend::{DType, ExecutionError, Shape, TensorData};
 use burn_compile_graph::Segment;
+use burn_compile_runtime::{Executor, InnerDevice, execute_one};
 use burn_ir::{BackendIr, OperationIr, TensorId, TensorIr};
 use burn_router::{RouterTensor, RunnerChannel, RunnerClient, TensorHandle};
 use burn_std::future::DynFut;
@@ -115,10 +116,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl<B: BackendIr> CompileClient<B> {
     fn new(device: B::Device) -> Self {
         let config_generation = crate::config::generation();
-        let config = config_for(device.id());
+        let config = config_for(&device);
         #[cfg(feature = "gpu")]
-        if crate::runtime::is_cubecl::<B::FloatTensorPrimitive>() {
-            crate::runtime::disk::root_cubecl_caches(&config);
+        if burn_compile_runtime::is_cubecl::<B::FloatTensorPrimitive>() {
+            burn_compile_runtime::disk::root_cubecl_caches(&config.runtime());
         }
         let shared = Arc::new(Shared {
             executor: Executor::new(device.clone()),
@@ -206,7 +207,7 @@ impl<B: BackendIr> Shared<B> {
     fn refresh_config(&self, state: &mut State) {
         let generation = crate::config::generation();
         if state.config_generation != generation {
-            state.config = config_for(self.device.id());
+            state.config = config_for(&self.device);
             state.config_generation = generation;
         }
     }
@@ -437,7 +438,7 @@ impl<B: BackendIr> Shared<B> {
         }
         let diagnostics_on = diagnostics::wanted(config.diagnostics);
         let inner = self.executor.inner();
-        inner.set_kernel_policy(config);
+        inner.set_kernel_policy(&config.runtime());
         // Planned before the ops leave the segment: the plan cache reads the segment's family
         // and sizes from its key writer, which taking the ops resets.
         // The sizes of this graph declared dynamic: those of the marked tensors it reads.
@@ -755,9 +756,8 @@ impl<B: BackendIr> RunnerChannel for CompileChannel<B> {
 
 #[cfg(test)]
 mod tests {
-    use crate::runtime::RAN_ON;
     use burn::tensor::Tensor;
-    use burn_backend::DeviceOps;
+    use burn_compile_runtime::{record_streams, streams_ran_on};
     use burn_flex::Flex;
     use burn_std::stream_id::StreamId;
 
@@ -767,6 +767,7 @@ mod tests {
     /// it with the recorder's uploads, and a sync of the recorder waits for it.
     #[test]
     fn graphs_run_on_the_stream_of_the_thread_that_recorded_them() {
+        record_streams();
         let record = || {
             let device = Default::default();
             let x = Tensor::<C, 2>::ones([4, 4], &device);
@@ -779,14 +780,14 @@ mod tests {
         let (me, mine) = record();
         let (them, theirs) = std::thread::spawn(record).join().unwrap();
         assert_ne!(mine, theirs);
-        let ran = RAN_ON.lock().unwrap().clone();
+        let ran = streams_ran_on();
         for (recorder, stream) in [(me, mine), (them, theirs)] {
             let on: Vec<_> = ran.iter().filter(|(_, s)| *s == stream).collect();
             assert!(!on.is_empty(), "no graph ran on {stream}: {ran:?}");
             // On the worker, not the recorder: the stream travelled with the graph (unless
             // `BURN_COMPILE_ASYNC=0` runs graphs on their recorder).
             let device: burn::tensor::Device<Flex> = Default::default();
-            let asynchronous = crate::config::config_for(device.id()).async_execution;
+            let asynchronous = crate::config::config_for(&device).async_execution;
             assert!(
                 !asynchronous || on.iter().all(|(thread, _)| *thread != recorder),
                 "{ran:?}"
@@ -815,12 +816,13 @@ mod tests {
             // Alive while the other thread reads (its graph is not orphaned).
             b.wait();
         });
+        record_streams();
         let (y, theirs) = receive.recv().unwrap();
-        let before = RAN_ON.lock().unwrap().len();
+        let before = streams_ran_on().len();
         let got = y.into_data();
         barrier.wait();
         recorder.join().unwrap();
-        let ran = RAN_ON.lock().unwrap()[before..].to_vec();
+        let ran = streams_ran_on()[before..].to_vec();
         assert!(
             ran.iter().any(|(_, s)| *s == theirs),
             "the graph ran on {ran:?}, not on its recorder's {theirs}"

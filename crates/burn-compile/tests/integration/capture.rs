@@ -326,3 +326,27 @@ fn a_repeated_op_runs_once_and_its_repeat_shares_the_result() {
     e.into_data().assert_eq(&ee.into_data(), true);
     x.into_data().assert_eq(&data([4, 6], 8), true);
 }
+
+/// `explain` prints each graph's executable, one line per launch: on Flex, the matmuls run
+/// eagerly and the pointwise ops between them as one generated kernel whose scalar is read from
+/// the replay's ops.
+#[test]
+fn explain_prints_the_executable() {
+    crate::own_process!(explain_prints_the_executable);
+    let device = Default::default();
+    let x = Tensor::<C, 2>::from_data(data([2, 3], 40), &device);
+    let w = Tensor::<C, 2>::from_data(data([3, 3], 41), &device);
+    let (_, report) = explain(|| {
+        let h = x.clone().matmul(w.clone());
+        ((h * 0.25).exp() + 1.0).matmul(w.clone()).into_data()
+    });
+    let graph = &report.graphs[0];
+    let executable = graph
+        .executable
+        .as_deref()
+        .expect("diagnostics are on in explain");
+    assert!(report.to_string().contains("executable:"), "{report}");
+    insta::with_settings!({ snapshot_path => "../../../../snapshots/runtime", description => "explain: x.matmul(w), * 0.25, exp, + 1, matmul(w) on Compiled<Flex>" }, {
+        insta::assert_snapshot!("explain_flex_matmul_chain", executable);
+    });
+}

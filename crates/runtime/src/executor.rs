@@ -24,13 +24,15 @@
 //!
 //! With `CompileConfig::async_execution` off, graphs run on the calling thread instead.
 
-use super::{InnerDevice, execute};
+use crate::InnerDevice;
+use crate::replay::execute;
 use burn_compile_graph::GraphKey;
 use burn_compile_schedule::Plan;
 use burn_ir::{BackendIr, OperationIr};
 use burn_std::stream_id::StreamId;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
@@ -66,9 +68,22 @@ fn lock(mutex: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Streams the graphs ran on, in order (a test's evidence that they run on their recorder's).
-#[cfg(test)]
-pub(crate) static RAN_ON: Mutex<Vec<(ThreadId, StreamId)>> = Mutex::new(Vec::new());
+/// Whether the streams graphs run on are recorded ([`record_streams`]).
+static RECORD_STREAMS: AtomicBool = AtomicBool::new(false);
+
+/// The threads and streams graphs ran on, in order, while recorded.
+static RAN_ON: Mutex<Vec<(ThreadId, StreamId)>> = Mutex::new(Vec::new());
+
+/// Records, from now on, which thread and stream each graph runs on ([`streams_ran_on`]): a
+/// test's evidence that graphs run on their recorder's stream.
+pub fn record_streams() {
+    RECORD_STREAMS.store(true, Ordering::Relaxed);
+}
+
+/// The threads and streams graphs ran on since [`record_streams`], in order.
+pub fn streams_ran_on() -> Vec<(ThreadId, StreamId)> {
+    RAN_ON.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
 
 /// Runs `plan` with `stream` as this thread's stream.
 fn run_on<B: BackendIr>(
@@ -76,18 +91,19 @@ fn run_on<B: BackendIr>(
     inner: &InnerDevice<B>,
     key: GraphKey,
     ops: Vec<OperationIr>,
-    plan: &Plan,
+    plan: &Arc<Plan>,
 ) -> Vec<OperationIr> {
     stream.executes(|| {
-        #[cfg(test)]
-        RAN_ON
-            .lock()
-            .unwrap()
-            .push((std::thread::current().id(), StreamId::current()));
+        if RECORD_STREAMS.load(Ordering::Relaxed) {
+            RAN_ON
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((std::thread::current().id(), StreamId::current()));
+        }
         if inner.first_replay(plan) {
             // Its kernels compile now (NVRTC, autotune, a C build): a spinner if that is slow.
             let what = format!("first run of graph {key} (compiling its kernels)");
-            super::progress::long_work(&what, || execute(inner, key, ops, plan))
+            crate::progress::long_work(&what, || execute(inner, key, ops, plan))
         } else {
             execute(inner, key, ops, plan)
         }
@@ -95,7 +111,7 @@ fn run_on<B: BackendIr>(
 }
 
 /// Executes the plans of one device.
-pub(crate) struct Executor<B: BackendIr> {
+pub struct Executor<B: BackendIr> {
     inner: Arc<InnerDevice<B>>,
     shared: Arc<Shared>,
     /// The worker's queue, started at the first asynchronous graph.

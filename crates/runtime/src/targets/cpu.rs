@@ -19,10 +19,10 @@
 //! inner backend (one warning per distinct failure; an error in strict mode:
 //! `InnerDevice::finish_replay`).
 
-use super::disk;
-use super::kernels::KernelTarget;
-use crate::config::CompileConfig;
-use crate::diagnostics::KernelBuild;
+use super::KernelTarget;
+use crate::RuntimeConfig;
+use crate::counters::KernelBuild;
+use crate::disk;
 use burn_backend::DType;
 use burn_backend::{TensorData, TensorMetadata};
 use burn_compile_codegen_c::{
@@ -68,7 +68,7 @@ enum Entry {
     Failed(Arc<str>),
 }
 
-/// The compiler settings of the device ([`CompileConfig`]'s `c_compiler`, `c_flags`,
+/// The compiler settings of the device ([`RuntimeConfig`]'s `c_compiler`, `c_flags`,
 /// `cache_dir`, `disk_cache`, `cache_max_bytes`).
 #[derive(Clone, PartialEq, Eq)]
 struct Settings {
@@ -80,11 +80,11 @@ struct Settings {
 }
 
 impl Settings {
-    fn of(config: &CompileConfig) -> Settings {
+    fn of(config: &RuntimeConfig) -> Settings {
         Settings {
             compiler: config.c_compiler.clone(),
             flags: config.c_flags.clone(),
-            cache_dir: config.kernel_cache_dir(),
+            cache_dir: config.cache_dir.clone(),
             disk_cache: config.disk_cache,
             max_bytes: config.cache_max_bytes,
         }
@@ -140,7 +140,7 @@ struct State {
     settings: Option<Settings>,
     /// The toolchain of `settings`, probed at the first build (`Err`: why there is none).
     toolchain: Option<Result<Toolchain, String>>,
-    /// [`CompileConfig::strict`]: a kernel whose build failed is an error at each call.
+    /// [`RuntimeConfig::strict`]: a kernel whose build failed is an error at each call.
     strict: bool,
 }
 
@@ -328,7 +328,7 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
         usize::MAX
     }
 
-    fn configure(&self, config: &CompileConfig) {
+    fn configure(&self, config: &RuntimeConfig) {
         let settings = Settings::of(config);
         let mut state = self.state();
         state.strict = config.strict;
@@ -481,7 +481,7 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
             let settings = state
                 .settings
                 .clone()
-                .unwrap_or_else(|| Settings::of(&CompileConfig::default()));
+                .unwrap_or_else(|| Settings::of(&RuntimeConfig::default()));
             let toolchain = state
                 .toolchain
                 .get_or_insert_with(|| {
@@ -489,7 +489,7 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                         |e| {
                             format!(
                                 "{e}; install one, or name it with BURN_COMPILE_CC \
-                                 (CompileConfig::c_compiler)"
+                                 (RuntimeConfig::c_compiler)"
                             )
                         },
                     )
@@ -511,7 +511,7 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
         );
         let built = toolchain.and_then(|toolchain| {
             let (unit, cached) =
-                super::progress::long_work(&format!("building {kernels} C kernel(s)"), || {
+                crate::progress::long_work(&format!("building {kernels} C kernel(s)"), || {
                     build_unit(&toolchain, &c_unit(&functions), &settings)
                 })?;
             let unit = Arc::new(unit);

@@ -7,6 +7,11 @@
 //! inner backend. The target is found from the float tensor type, so `Compiled<B>` needs no
 //! bound beyond Burn's own.
 
+#[cfg(feature = "cpu")]
+mod cpu;
+#[cfg(feature = "cuda")]
+mod cublaslt;
+
 #[cfg(feature = "wgpu")]
 use burn_backend::DType;
 use burn_compile_schedule::{AttentionGroup, MatmulGroup, PointwiseKernel};
@@ -18,7 +23,7 @@ use std::sync::Arc;
 /// group's recorded epilogue operations at replay): `α · product + residual`.
 // Read by cuBLASLt's call; without CUDA no target has a library matmul.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct MatmulEpilogue<'a, T> {
+pub struct MatmulEpilogue<'a, T> {
     /// The fused scale (1 without one).
     pub alpha: f64,
     /// The fused residual add's other operand, read as the call's C with β = 1.
@@ -26,7 +31,7 @@ pub(crate) struct MatmulEpilogue<'a, T> {
 }
 
 /// Launches generated kernels on tensors of type `T` (the inner backend's float tensors).
-pub(crate) trait KernelTarget<T>: Send + Sync {
+pub trait KernelTarget<T>: Send + Sync {
     /// Whether this target has a kernel for `kernel` (its dtype, mainly).
     fn accepts(&self, kernel: &PointwiseKernel) -> bool;
 
@@ -62,11 +67,11 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
     ) -> Result<Option<Vec<T>>, String>;
 
     /// Takes the device's config (the compiler and flags of a target that builds kernels).
-    fn configure(&self, _config: &crate::config::CompileConfig) {}
+    fn configure(&self, _config: &crate::RuntimeConfig) {}
 
     /// The end of a replay: builds the kernels met for the first time in it (all in one
     /// build), if the target defers its builds; `None` when nothing was built.
-    fn finish_replay(&self) -> Option<crate::diagnostics::KernelBuild> {
+    fn finish_replay(&self) -> Option<crate::counters::KernelBuild> {
         None
     }
 
@@ -126,9 +131,9 @@ pub(crate) trait KernelTarget<T>: Send + Sync {
 /// The kernel target of an inner backend whose float tensors are `T` on `device`, if it has
 /// one.
 #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(unused_variables))]
-pub(crate) fn target_for<T: 'static>(device: &dyn Any) -> Option<Arc<dyn KernelTarget<T>>> {
+pub fn target_for<T: 'static>(device: &dyn Any) -> Option<Arc<dyn KernelTarget<T>>> {
     #[cfg(feature = "cpu")]
-    if let Some(t) = super::cpu::target::<T>() {
+    if let Some(t) = cpu::target::<T>() {
         return Some(t);
     }
     #[cfg(feature = "wgpu")]
@@ -144,7 +149,7 @@ pub(crate) fn target_for<T: 'static>(device: &dyn Any) -> Option<Arc<dyn KernelT
 
 /// Whether `T` is the float tensor of a raw CubeCL inner backend (wgpu, CUDA).
 #[cfg(feature = "gpu")]
-pub(crate) fn is_cubecl<T: 'static>() -> bool {
+pub fn is_cubecl<T: 'static>() -> bool {
     let id = std::any::TypeId::of::<T>();
     #[cfg(feature = "wgpu")]
     if id == std::any::TypeId::of::<burn_cubecl::tensor::CubeTensor<burn_wgpu::WgpuRuntime>>() {
@@ -169,8 +174,8 @@ pub(crate) use cube::{batch_folded, in_slot};
 #[cfg(feature = "cuda")]
 mod cuda {
     use super::cube::CubeTarget;
+    use super::cublaslt::CuBlasLt;
     use super::{KernelTarget, MatmulEpilogue};
-    use crate::runtime::cublaslt::CuBlasLt;
     use burn_backend::DType;
     use burn_compile_schedule::{AttentionGroup, MatmulGroup, PointwiseKernel};
     use burn_cubecl::cubecl::cuda::CudaRuntime;
@@ -642,7 +647,7 @@ mod cube {
             _ => return false,
         }
         if layout.vector > 1 {
-            crate::diagnostics::vectorized_kernel();
+            crate::counters::count(&crate::counters::COUNTERS.vectorized_kernels);
         }
         true
     }
@@ -730,12 +735,11 @@ mod cube {
             } else {
                 "kernel (pointwise)"
             };
-            let outputs = crate::runtime::profile::part(step, "outputs", || {
-                self.outputs(kernel, shape, into)
-            });
+            let outputs =
+                crate::profile::part(step, "outputs", || self.outputs(kernel, shape, into));
             // CubeCL compiles a kernel at its first launch and panics when the compiler
             // refuses it: that is a failed compile, reported to the caller (which falls back).
-            let launched = crate::runtime::profile::part(step, "launch", || {
+            let launched = crate::profile::part(step, "launch", || {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     let launched = launch_any(
                         &self.client,

@@ -1,22 +1,21 @@
 //! The disk cache as the runtime uses it: one [`DiskCache`] per directory, the versions its
 //! entries are keyed by, and the counters of its lookups.
 
-use crate::config::CompileConfig;
-use crate::diagnostics::{COUNTERS, count};
-pub(crate) use burn_compile_disk_cache::DiskCache;
+use crate::counters::{COUNTERS, count};
+pub use burn_compile_disk_cache::DiskCache;
 use burn_compile_disk_cache::Lookup;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// Burn and CubeCL as pinned by the workspace (`=0.21.0`, `=0.10.0`; a test checks them
 /// against `Cargo.toml`).
-pub(crate) const BURN_VERSION: &str = "0.21.0";
-pub(crate) const CUBECL_VERSION: &str = "0.10.0";
+pub const BURN_VERSION: &str = "0.21.0";
+pub const CUBECL_VERSION: &str = "0.10.0";
 
 /// What every entry depends on besides its own key material: the versions of this crate,
 /// Burn and CubeCL, and the target architecture. (A C unit's key adds the compiler's
 /// identity and flags.)
-pub(crate) fn versions() -> String {
+pub fn versions() -> String {
     format!(
         "burn-compile {}; burn {BURN_VERSION}; cubecl {CUBECL_VERSION}; {}-{}",
         env!("CARGO_PKG_VERSION"),
@@ -28,7 +27,7 @@ pub(crate) fn versions() -> String {
 static CACHES: Mutex<Vec<(PathBuf, u64, Arc<DiskCache>)>> = Mutex::new(Vec::new());
 
 /// The disk cache in `dir`, capped at `max_bytes`, shared by every device of the process that uses it.
-pub(crate) fn cache_at(dir: PathBuf, max_bytes: u64) -> Arc<DiskCache> {
+pub fn cache_at(dir: PathBuf, max_bytes: u64) -> Arc<DiskCache> {
     let mut caches = CACHES.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, _, cache)) = caches
         .iter()
@@ -83,7 +82,7 @@ pub(crate) fn put(cache: &DiskCache, kind: &str, key: &str, payload: &[u8]) {
 /// CubeCL's own locations, said at debug level), and only what the user's `cubecl.toml` or
 /// environment left at its default. Those files are CubeCL's: its formats, its checks.
 #[cfg(feature = "gpu")]
-pub(crate) fn root_cubecl_caches(config: &CompileConfig) {
+pub fn root_cubecl_caches(config: &crate::RuntimeConfig) {
     use burn_cubecl::cubecl::config::cache::CacheConfig;
     use burn_cubecl::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
     if !config.disk_cache {
@@ -97,7 +96,7 @@ pub(crate) fn root_cubecl_caches(config: &CompileConfig) {
         );
         return;
     }
-    let root = config.kernel_cache_dir().join("cubecl");
+    let root = config.cache_dir.join("cubecl");
     let mut cubecl = CubeClRuntimeConfig::from_current_dir().override_from_env();
     if cubecl.compilation.cache.is_none() {
         cubecl.compilation.cache = Some(CacheConfig::File(root.clone()));
@@ -113,33 +112,12 @@ pub(crate) fn root_cubecl_caches(config: &CompileConfig) {
     *state = Some(Arc::new(cubecl));
 }
 
-/// Writes every valid entry of `config`'s disk cache into one bundle file; how many.
-pub fn export_cache(config: &CompileConfig, bundle: &std::path::Path) -> std::io::Result<usize> {
-    cache_at(config.kernel_cache_dir(), config.cache_max_bytes).export(bundle)
-}
-
-/// Adds the entries of a bundle ([`export_cache`]) to `config`'s disk cache, each verified
-/// (checksum, versions) first; the report says what was skipped and why.
-pub fn import_cache(
-    config: &CompileConfig,
-    bundle: &std::path::Path,
-) -> std::io::Result<burn_compile_disk_cache::ImportReport> {
-    cache_at(config.kernel_cache_dir(), config.cache_max_bytes).import(bundle)
-}
-
-/// The bytes `config`'s disk cache holds, its cap, and its directory.
-pub fn cache_usage(config: &CompileConfig) -> (u64, u64, PathBuf) {
-    let dir = config.kernel_cache_dir();
-    let cache = cache_at(dir.clone(), config.cache_max_bytes);
-    (cache.size(), config.cache_max_bytes, dir)
-}
-
 #[cfg(test)]
 mod tests {
     /// The versions entries are keyed by are those the workspace pins.
     #[test]
     fn keyed_versions_are_the_pinned_ones() {
-        let manifest = include_str!("../../../../Cargo.toml");
+        let manifest = include_str!("../../../Cargo.toml");
         assert!(
             manifest.contains(&format!("burn = {{ version = \"={}\"", super::BURN_VERSION)),
             "update BURN_VERSION"

@@ -16,14 +16,14 @@
 //! ([`Template::admits`]). A later graph of new sizes that the guard admits replays it with no
 //! compile at all.
 
-use super::InnerDevice;
 use crate::capture::{BreakReason, GraphBreak};
 use crate::config::{CompileConfig, DynamicShapes};
 use crate::diagnostics::GraphRecord;
 use crate::dims::Dim;
-use burn_compile_graph::{Activation, GraphKey, KeyWriter, op_listing, op_name};
+use burn_compile_graph::{GraphKey, KeyWriter, op_listing, op_name};
+use burn_compile_runtime::{Executable, InnerDevice, panic_message};
 use burn_compile_schedule::{
-    AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, Step, schedule,
+    AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, schedule,
 };
 use burn_ir::{BackendIr, OperationIr};
 use rustc_hash::FxHashMap;
@@ -320,6 +320,7 @@ impl PlanCache {
             },
             region_end: false,
             listing,
+            executable: diagnostics.then(|| Executable::lower(&plan, ops).to_string()),
             kernel_build: None,
             symbolic_sizes: if plan.symbolic {
                 symbolic_values(&plan, ops)
@@ -554,106 +555,6 @@ pub(crate) fn plan_on<B: BackendIr>(
         },
         declared,
     )
-}
-
-/// Replays a plan over the recorded ops of one graph; returns the emptied vector.
-///
-/// Each step names its op (or fused group) by position; ops without a step are dead, or run
-/// inside a fused kernel, and are dropped unexecuted.
-/// Ops are read in place, never moved: they are large (616 bytes) and were written by the
-/// recording thread, so every byte copied here is a cache miss on the execution thread.
-///
-/// A target that builds kernels for the layouts it first met in this replay (the CPU target's
-/// C unit) builds them at its end: graph `key`'s kernels, all in one build.
-pub(crate) fn execute<B: BackendIr>(
-    inner: &InnerDevice<B>,
-    key: GraphKey,
-    mut ops: Vec<OperationIr>,
-    plan: &Plan,
-) -> Vec<OperationIr> {
-    let profiling = super::profile::on();
-    // The memory plan's buffers, reserved at once; dropped at the end of the replay (every
-    // planned value is freed inside the graph).
-    let slab = inner.slab(&plan.memory.slots);
-    let slot = |s: &Option<u32>| s.and_then(|s| slab.get(s as usize));
-    let mut into = Vec::new();
-    for step in &plan.steps {
-        let start = profiling.then(Instant::now);
-        match step {
-            Step::Eager { op } => inner.execute(&ops[*op as usize]),
-            Step::Activation { op, kind } => {
-                super::activation::run(inner, &ops[*op as usize], *kind)
-            }
-            Step::Pointwise { group } => {
-                into.clear();
-                if let Some(slots) = plan.memory.pointwise.get(*group as usize) {
-                    into.extend(slots.iter().map(slot));
-                }
-                inner.fused(&ops, &plan.pointwise[*group as usize], &into)
-            }
-            Step::Matmul { group } => {
-                let into = plan.memory.matmul.get(*group as usize).and_then(slot);
-                inner.library_matmul(&ops, &plan.matmul[*group as usize], into)
-            }
-            Step::Attention { group } => inner.attention(&ops, &plan.attention[*group as usize]),
-            Step::Release { op, inputs } => release(inner, &ops[*op as usize], inputs),
-            Step::Alias { op, of, inputs } => {
-                let (repeat, original) = (&ops[*op as usize], &ops[*of as usize]);
-                for (out, shared) in repeat.outputs().zip(original.outputs()) {
-                    inner.alias(shared.id, out.id);
-                }
-                release(inner, repeat, inputs);
-            }
-        }
-        if let Some(start) = start {
-            let elapsed = start.elapsed();
-            let label = match step {
-                Step::Eager { op } | Step::Activation { op, .. } => op_name(&ops[*op as usize]),
-                Step::Pointwise { group }
-                    if plan.pointwise[*group as usize].kernel.row.is_some() =>
-                {
-                    "kernel (row)".into()
-                }
-                Step::Pointwise { .. } => "kernel (pointwise)".into(),
-                Step::Matmul { .. } => "library matmul".into(),
-                Step::Attention { .. } => "attention".into(),
-                Step::Release { .. } | Step::Alias { .. } => "release".into(),
-            };
-            super::profile::record(&label, elapsed);
-        }
-    }
-    if !plan.pointwise.is_empty() {
-        inner.finish_replay(key);
-    }
-    ops.clear();
-    ops
-}
-
-/// Frees the inputs of `op` at `positions` (in `op.inputs()` order): it consumed them in place,
-/// and does not run.
-fn release<B: BackendIr>(inner: &InnerDevice<B>, op: &OperationIr, positions: &[u8]) {
-    for (pos, input) in op.inputs().enumerate() {
-        if positions.contains(&(pos as u8)) {
-            inner.release(input.id);
-        }
-    }
-}
-
-/// Runs one op outside any plan (capture off).
-pub(crate) fn execute_one<B: BackendIr>(inner: &InnerDevice<B>, op: OperationIr) {
-    match Activation::of(&op) {
-        Some(kind) => super::activation::run(inner, &op, kind),
-        None => inner.execute(&op),
-    }
-}
-
-/// The message of a panic's payload.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a panic".into())
 }
 
 /// Test-only fault (`CompileConfig::inject_wrong_kernel`): every generated kernel computes

@@ -6,11 +6,10 @@
 //! container usable: the tensors the failed op consumed are gone, as they would be in eager Burn,
 //! and every other tensor of the device is still there.
 
-use super::kernels::{KernelTarget, MatmulEpilogue, target_for};
+use crate::executable::Executable;
+use crate::targets::{KernelTarget, MatmulEpilogue, target_for};
 use burn_backend::{DType, ExecutionError, TensorData};
-use burn_compile_schedule::{
-    AttentionGroup, MatmulGroup, PointwiseGroup, PointwiseKernel, scalar_operand, scale_alpha,
-};
+use burn_compile_schedule::{AttentionGroup, MatmulGroup, Plan, PointwiseGroup, PointwiseKernel};
 use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, TensorIr};
 use burn_std::future::DynFut;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -19,7 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub(crate) struct InnerDevice<B: BackendIr> {
+/// A plan (held) and its executable.
+type Lowered = (Arc<Plan>, Arc<Executable>);
+
+/// Executables kept before those of plans no cache holds any more are dropped.
+const MAX_UNUSED_EXECUTABLES: usize = 1024;
+
+pub struct InnerDevice<B: BackendIr> {
     device: B::Device,
     handles: Mutex<HandleContainer<B::Handle>>,
     /// Launches generated kernels on the inner tensors, when the inner backend can.
@@ -40,8 +45,9 @@ pub(crate) struct InnerDevice<B: BackendIr> {
     /// Per attention problem (dims, dtype), how far the timing of the kernel against the parts
     /// has come, or what it decided.
     attention_tuning: Mutex<FxHashMap<([usize; 6], DType), Tuning>>,
-    /// The plans replayed so far, by address (cached plans live as long as the device).
-    replayed: Mutex<FxHashSet<usize>>,
+    /// The executables of the plans replayed so far, by the plan's address (the plan is held:
+    /// its address is not reused while its executable is here).
+    executables: Mutex<FxHashMap<usize, Lowered>>,
 }
 
 /// The timing of an attention kernel against its parts, one replay of the problem per state.
@@ -75,22 +81,42 @@ impl<B: BackendIr> InnerDevice<B> {
             device_thread: AtomicBool::new(false),
             vectorize: AtomicBool::new(true),
             attention_tuning: Mutex::new(FxHashMap::default()),
-            replayed: Mutex::new(FxHashSet::default()),
+            executables: Mutex::new(FxHashMap::default()),
         }
     }
 
-    /// Whether this is the first replay of `plan` on this device.
-    pub fn first_replay(&self, plan: &burn_compile_schedule::Plan) -> bool {
-        self.replayed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(plan as *const _ as usize)
+    /// Whether `plan` has not run on this device yet (its kernels compile in its first replay).
+    pub fn first_replay(&self, plan: &Arc<Plan>) -> bool {
+        let executables = self.executables.lock().unwrap_or_else(|e| e.into_inner());
+        executables
+            .get(&(Arc::as_ptr(plan) as usize))
+            .is_none_or(|(held, _)| !Arc::ptr_eq(held, plan))
+    }
+
+    /// The executable of `plan` on this device, lowered at its first replay (`ops`: that
+    /// replay's graph).
+    pub fn executable(&self, plan: &Arc<Plan>, ops: &[OperationIr]) -> Arc<Executable> {
+        let mut executables = self.executables.lock().unwrap_or_else(|e| e.into_inner());
+        let address = Arc::as_ptr(plan) as usize;
+        if let Some((held, executable)) = executables.get(&address)
+            && Arc::ptr_eq(held, plan)
+        {
+            return executable.clone();
+        }
+        if executables.len() >= MAX_UNUSED_EXECUTABLES {
+            // Plans only this map still holds are gone from every cache (a graph that ran
+            // eagerly once, with a plan of its own): their executables go with them.
+            executables.retain(|_, (held, _)| Arc::strong_count(held) > 1);
+        }
+        let executable = Arc::new(Executable::lower(plan, ops));
+        executables.insert(address, (plan.clone(), executable.clone()));
+        executable
     }
 
     /// How replays run generated kernels under `config`: what a failed kernel does
     /// (`strict`, `inject_kernel_failure`), the attention autotune, where replays run, and
     /// whether kernels are vectorized.
-    pub fn set_kernel_policy(&self, config: &crate::config::CompileConfig) {
+    pub fn set_kernel_policy(&self, config: &crate::RuntimeConfig) {
         self.strict.store(config.strict, Ordering::Relaxed);
         self.inject_failure
             .store(config.inject_kernel_failure, Ordering::Relaxed);
@@ -124,9 +150,9 @@ impl<B: BackendIr> InnerDevice<B> {
             if first {
                 tracing::warn!(target: "burn_compile::output_code", "{message}");
             }
-            crate::diagnostics::kernel_fallback();
+            crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
         }
-        crate::diagnostics::kernels_built(key, build);
+        crate::counters::kernels_built(key, build);
     }
 
     /// Runs `f` (a plan's replay) on the inner backend's device thread when it has one and
@@ -173,6 +199,7 @@ impl<B: BackendIr> InnerDevice<B> {
         ops: &[OperationIr],
         group: &PointwiseGroup,
         into: &[Option<&B::FloatTensorPrimitive>],
+        scalars: &[f64],
     ) {
         let known_bad = {
             let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
@@ -182,9 +209,9 @@ impl<B: BackendIr> InnerDevice<B> {
         let error = if known_bad {
             "it failed before on this device".to_string()
         } else {
-            match self.pointwise(ops, group, into) {
+            match self.pointwise(ops, group, into, scalars) {
                 Ok(true) => {
-                    crate::diagnostics::count(&crate::diagnostics::COUNTERS.kernels_launched);
+                    crate::counters::count(&crate::counters::COUNTERS.kernels_launched);
                     return;
                 }
                 Ok(false) => {
@@ -203,7 +230,7 @@ impl<B: BackendIr> InnerDevice<B> {
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(group.kernel.clone());
         }
-        crate::diagnostics::kernel_fallback();
+        crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
         self.run_ops(ops, group);
     }
 
@@ -212,7 +239,7 @@ impl<B: BackendIr> InnerDevice<B> {
         let mut positions: Vec<u32> = group.ops.iter().chain(&group.drops).copied().collect();
         positions.sort_unstable();
         for p in positions {
-            super::execute_one(self, ops[p as usize].clone());
+            crate::replay::execute_one(self, ops[p as usize].clone());
         }
     }
 
@@ -225,11 +252,12 @@ impl<B: BackendIr> InnerDevice<B> {
         ops: &[OperationIr],
         group: &MatmulGroup,
         into: Option<&B::FloatTensorPrimitive>,
+        alpha: f64,
     ) {
         let strict = self.strict.load(Ordering::Relaxed);
-        let error = match self.try_matmul(ops, group, into) {
+        let error = match self.try_matmul(ops, group, into, alpha) {
             Ok(true) => {
-                crate::diagnostics::count(&crate::diagnostics::COUNTERS.kernels_launched);
+                crate::counters::count(&crate::counters::COUNTERS.kernels_launched);
                 return;
             }
             Ok(false) => None,
@@ -238,10 +266,10 @@ impl<B: BackendIr> InnerDevice<B> {
         if let Some(error) = error {
             let message = failure("a library matmul", &error, strict, &group.summary());
             tracing::warn!(target: "burn_compile::output_code", "{message}");
-            crate::diagnostics::kernel_fallback();
+            crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
         }
         for p in group.ops() {
-            super::execute_one(self, ops[p as usize].clone());
+            crate::replay::execute_one(self, ops[p as usize].clone());
         }
     }
 
@@ -251,6 +279,7 @@ impl<B: BackendIr> InnerDevice<B> {
         ops: &[OperationIr],
         group: &MatmulGroup,
         into: Option<&B::FloatTensorPrimitive>,
+        alpha: f64,
     ) -> Result<bool, String> {
         let target = self
             .kernels
@@ -268,10 +297,6 @@ impl<B: BackendIr> InnerDevice<B> {
                 .nth(r.input as usize)
                 .expect("the schedule matched the add's operand")
         });
-        let alpha = match group.scale {
-            Some(s) => scale_alpha(&ops[s as usize]).expect("the schedule matched a scale"),
-            None => 1.0,
-        };
         let mut handles = self.handles();
         let inputs: Vec<B::FloatTensorPrimitive> = tensors
             .iter()
@@ -374,7 +399,7 @@ impl<B: BackendIr> InnerDevice<B> {
         let mut parts: Vec<u32> = group.ops().collect();
         parts.sort_unstable();
         for p in parts {
-            super::execute_one(self, ops[p as usize].clone());
+            crate::replay::execute_one(self, ops[p as usize].clone());
         }
     }
 
@@ -391,15 +416,15 @@ impl<B: BackendIr> InnerDevice<B> {
         let strict = self.strict.load(Ordering::Relaxed);
         match self.try_attention(ops, group) {
             Ok(true) => {
-                crate::diagnostics::attention_kernel();
-                crate::diagnostics::count(&crate::diagnostics::COUNTERS.kernels_launched);
+                crate::counters::count(&crate::counters::COUNTERS.attention_kernels);
+                crate::counters::count(&crate::counters::COUNTERS.kernels_launched);
                 true
             }
             Ok(false) => false,
             Err(error) => {
                 let message = failure("an attention kernel", &error, strict, &group.summary());
                 tracing::warn!(target: "burn_compile::output_code", "{message}");
-                crate::diagnostics::kernel_fallback();
+                crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
                 false
             }
         }
@@ -460,6 +485,7 @@ impl<B: BackendIr> InnerDevice<B> {
         ops: &[OperationIr],
         group: &PointwiseGroup,
         into: &[Option<&B::FloatTensorPrimitive>],
+        scalars: &[f64],
     ) -> Result<bool, String> {
         let target = self
             .kernels
@@ -478,11 +504,6 @@ impl<B: BackendIr> InnerDevice<B> {
                 .nth(slot.pos as usize)
                 .expect("slot within the operation")
         };
-        let scalars: Vec<f64> = group
-            .scalars
-            .iter()
-            .map(|i| scalar_operand(&ops[*i as usize]).expect("a scalar operation"))
-            .collect();
         let mut handles = self.handles();
         let inputs: Vec<B::FloatTensorPrimitive> = group
             .inputs
@@ -506,7 +527,7 @@ impl<B: BackendIr> InnerDevice<B> {
             &group.kernel,
             shape,
             &inputs,
-            &scalars,
+            scalars,
             into,
             vectorize,
             &group.dynamic,
@@ -558,7 +579,7 @@ impl<B: BackendIr> InnerDevice<B> {
         };
         let mut handles = self.handles();
         let input = float_input::<B>(&mut handles, &desc.input);
-        let copied = super::profile::part_if("BaseFloat.Reshape", "generated copy", || {
+        let copied = crate::profile::part_if("BaseFloat.Reshape", "generated copy", || {
             target.reshape_copy(&input, &desc.out.shape)
         });
         let Some(out) = copied else {

@@ -1,7 +1,7 @@
 //! Captured activations run with the inner backend's own `ActivationOps` (its fused kernels
 //! where it has them, Burn's defaults where it has none): the same code eager Burn runs.
 
-use super::InnerDevice;
+use crate::InnerDevice;
 use burn_backend::Scalar;
 use burn_compile_graph::Activation;
 use burn_ir::{BackendIr, OperationIr, TensorHandle};

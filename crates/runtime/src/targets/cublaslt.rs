@@ -12,7 +12,7 @@
 //! f16/bf16 accumulate in f32; f64 in f64. Operands must be 16-byte aligned (every CubeCL
 //! allocation is; a tensor viewed at another offset runs on the inner backend).
 
-use super::kernels::MatmulEpilogue;
+use super::MatmulEpilogue;
 use burn_backend::DType;
 use burn_compile_schedule::{Gemm, GemmOperand, MatmulGroup, gemm};
 use burn_cubecl::cubecl::cuda::CudaRuntime;
@@ -158,8 +158,8 @@ impl CuBlasLt {
             Some(g) => (g, inputs),
             None => {
                 let refs: Vec<&Tensor> = inputs.iter().collect();
-                copied = super::profile::part("library matmul", "operand copies", || {
-                    let folded = super::kernels::batch_folded(&refs);
+                copied = crate::profile::part("library matmul", "operand copies", || {
+                    let folded = super::batch_folded(&refs);
                     if layout(&folded).is_some() {
                         folded
                     } else {
@@ -235,10 +235,7 @@ impl CuBlasLt {
         // own task (one device-thread task per matmul, not two) — a handle no client has seen,
         // bound before the bindings are resolved.
         let (out, fresh) = match into {
-            Some(slot) => (
-                super::kernels::in_slot(slot, out_shape.clone(), group.dtype),
-                None,
-            ),
+            Some(slot) => (super::in_slot(slot, out_shape.clone(), group.dtype), None),
             None => {
                 let bytes = (out_shape.num_elements() * group.dtype.size()) as u64;
                 let reserved = bytes
@@ -284,7 +281,7 @@ impl CuBlasLt {
             ),
             fresh.as_slice(),
         );
-        super::profile::part("library matmul", "call", || {
+        crate::profile::part("library matmul", "call", || {
             client.launch(
                 Box::new(task),
                 CubeCount::Static(1, 1, 1),

@@ -1,0 +1,56 @@
+//! What the runtime reads of a device's compile config: how failed kernels are handled, where
+//! replays run, and the CPU target's compiler and disk cache.
+
+use std::path::PathBuf;
+
+/// The runtime's part of a device's config (`burn_compile::CompileConfig` makes it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// A kernel or library call that cannot run is an error, not a fallback to the ops.
+    pub strict: bool,
+    /// Test-only fault: every generated kernel, library matmul and attention kernel fails.
+    pub inject_kernel_failure: bool,
+    /// Attention steps are timed against their parts before the faster one is kept.
+    pub attention_autotune: bool,
+    /// Replays run on the inner backend's device thread where it has one.
+    pub replay_on_device_thread: bool,
+    /// Generated kernels load and store vectors where the buffers allow.
+    pub vectorize: bool,
+    /// The CPU target's C compiler (else the first of `cc`, `gcc`, `clang` found).
+    pub c_compiler: Option<String>,
+    /// Flags for that compiler (else the target's own).
+    pub c_flags: Option<String>,
+    /// The directory of the disk cache.
+    pub cache_dir: PathBuf,
+    /// Built kernels are kept in, and looked up in, the disk cache.
+    pub disk_cache: bool,
+    /// The disk cache's cap in bytes.
+    pub cache_max_bytes: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            strict: false,
+            inject_kernel_failure: false,
+            attention_autotune: true,
+            replay_on_device_thread: false,
+            vectorize: true,
+            c_compiler: None,
+            c_flags: None,
+            cache_dir: default_cache_dir(),
+            disk_cache: true,
+            cache_max_bytes: 1 << 30,
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/burn-compile`, else `~/.cache/burn-compile`, else in the temp directory.
+pub fn default_cache_dir() -> PathBuf {
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    env("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("burn-compile")
+}

@@ -1,0 +1,128 @@
+//! The replay of a plan: its executable's launches, in order, on the inner backend's tensors.
+
+use crate::InnerDevice;
+use crate::executable::{Binding, Launch};
+use burn_compile_graph::{Activation, GraphKey};
+use burn_compile_schedule::Plan;
+use burn_ir::{BackendIr, OperationIr};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Replays a plan over the recorded ops of one graph; returns the emptied vector.
+///
+/// The plan runs as its [`Executable`], lowered at its first replay on this device: the replay
+/// fills the scalar table from the recorded ops and walks the launches. Ops without a launch
+/// are dead, or run inside a fused kernel, and are dropped unexecuted. Ops are read in place,
+/// never moved: they are large (616 bytes) and were written by the recording thread, so every
+/// byte copied here is a cache miss on the execution thread.
+///
+/// A target that builds kernels for the layouts it first met in this replay (the CPU target's
+/// C unit) builds them at its end: graph `key`'s kernels, all in one build.
+pub fn execute<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    key: GraphKey,
+    mut ops: Vec<OperationIr>,
+    plan: &Arc<Plan>,
+) -> Vec<OperationIr> {
+    let profiling = crate::profile::on();
+    let executable = inner.executable(plan, &ops);
+    let scalars = executable.scalar_table(&ops);
+    // The memory plan's buffers, reserved at once; dropped at the end of the replay (every
+    // planned value is freed inside the graph).
+    let slab = inner.slab(&executable.slab);
+    let mut into = Vec::new();
+    for launch in &executable.launches {
+        let start = profiling.then(Instant::now);
+        match launch {
+            Launch::Eager { op } => inner.execute(&ops[*op as usize]),
+            Launch::Activation { op, kind } => {
+                crate::activation::run(inner, &ops[*op as usize], *kind)
+            }
+            Launch::Kernel {
+                group,
+                bindings,
+                scalars: (first, len),
+            } => {
+                into.clear();
+                into.extend(bindings.iter().filter_map(|b| match b {
+                    Binding::Read(_) => None,
+                    Binding::Write { slab: s, .. } => Some(s.and_then(|s| slab.get(s as usize))),
+                }));
+                let (first, len) = (*first as usize, *len as usize);
+                let group = &plan.pointwise[*group as usize];
+                inner.fused(&ops, group, &into, &scalars[first..first + len])
+            }
+            Launch::Matmul {
+                group,
+                bindings,
+                alpha,
+            } => {
+                let into = bindings.iter().find_map(|b| match b {
+                    Binding::Write { slab: s, .. } => s.and_then(|s| slab.get(s as usize)),
+                    Binding::Read(_) => None,
+                });
+                let alpha = alpha.map_or(1.0, |a| scalars[a as usize]);
+                inner.library_matmul(&ops, &plan.matmul[*group as usize], into, alpha)
+            }
+            Launch::Attention { group, .. } => {
+                inner.attention(&ops, &plan.attention[*group as usize])
+            }
+            Launch::Release { op, inputs } => release(inner, &ops[*op as usize], inputs),
+            Launch::Alias { op, of, inputs } => {
+                let (repeat, original) = (&ops[*op as usize], &ops[*of as usize]);
+                for (out, shared) in repeat.outputs().zip(original.outputs()) {
+                    inner.alias(shared.id, out.id);
+                }
+                release(inner, repeat, inputs);
+            }
+        }
+        if let Some(start) = start {
+            let elapsed = start.elapsed();
+            let label = match launch {
+                Launch::Eager { op } | Launch::Activation { op, .. } => executable.op_name(*op),
+                Launch::Kernel { group, .. }
+                    if plan.pointwise[*group as usize].kernel.row.is_some() =>
+                {
+                    "kernel (row)"
+                }
+                Launch::Kernel { .. } => "kernel (pointwise)",
+                Launch::Matmul { .. } => "library matmul",
+                Launch::Attention { .. } => "attention",
+                Launch::Release { .. } | Launch::Alias { .. } => "release",
+            };
+            crate::profile::record(label, elapsed);
+        }
+    }
+    if !plan.pointwise.is_empty() {
+        inner.finish_replay(key);
+    }
+    ops.clear();
+    ops
+}
+
+/// Frees the inputs of `op` at `positions` (in `op.inputs()` order): it consumed them in place,
+/// and does not run.
+fn release<B: BackendIr>(inner: &InnerDevice<B>, op: &OperationIr, positions: &[u8]) {
+    for (pos, input) in op.inputs().enumerate() {
+        if positions.contains(&(pos as u8)) {
+            inner.release(input.id);
+        }
+    }
+}
+
+/// Runs one op outside any plan (capture off).
+pub fn execute_one<B: BackendIr>(inner: &InnerDevice<B>, op: OperationIr) {
+    match Activation::of(&op) {
+        Some(kind) => crate::activation::run(inner, &op, kind),
+        None => inner.execute(&op),
+    }
+}
+
+/// The message of a panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic".into())
+}
