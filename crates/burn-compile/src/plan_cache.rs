@@ -21,6 +21,7 @@ use crate::config::{CompileConfig, DynamicShapes};
 use crate::diagnostics::GraphRecord;
 use crate::dims::Dim;
 use burn_compile_graph::{GraphKey, KeyWriter, op_listing, op_name};
+use burn_compile_runtime::targets::Lowering;
 use burn_compile_runtime::{Executable, InnerDevice, panic_message};
 use burn_compile_schedule::{
     AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, schedule,
@@ -538,10 +539,11 @@ pub(crate) fn plan_on<B: BackendIr>(
     declared: &[(u64, Dim)],
 ) -> (Arc<Plan>, GraphRecord, Option<String>) {
     let kernels = inner.kernels();
-    let accepts = kernels.map(|k| move |kernel: &_| k.accepts(kernel));
-    let accepts_matmul = kernels.map(|k| move |group: &_| k.accepts_matmul(group));
-    let accepts_attention = kernels
-        .map(|k| move |group: &_| k.accepts_attention(group) && !inner.attention_lost(group));
+    let accepts = kernels.map(|k| move |kernel: &_| k.lower(Lowering::Kernel(kernel)));
+    let accepts_matmul = kernels.map(|k| move |group: &_| k.lower(Lowering::Matmul(group)));
+    let accepts_attention = kernels.map(|k| {
+        move |group: &_| k.lower(Lowering::Attention(group)) && !inner.attention_lost(group)
+    });
     cache.plan(
         keys,
         ops,

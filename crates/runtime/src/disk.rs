@@ -44,6 +44,7 @@ pub fn cache_at(dir: PathBuf, max_bytes: u64) -> Arc<DiskCache> {
 
 /// The verified payload of an entry, counted as a hit, or `None`, counted as a miss (an
 /// invalid entry is also counted as such; the cache warned about it).
+#[cfg_attr(not(feature = "cpu"), allow(dead_code))]
 pub(crate) fn get(cache: &DiskCache, kind: &str, key: &str) -> Option<Vec<u8>> {
     match cache.get(kind, key) {
         Lookup::Hit(bytes) => {
@@ -64,6 +65,7 @@ pub(crate) fn get(cache: &DiskCache, kind: &str, key: &str) -> Option<Vec<u8>> {
 
 /// Writes an entry; a failure (a read-only or full disk) is a warning: the process goes on
 /// with what it compiled.
+#[cfg_attr(not(feature = "cpu"), allow(dead_code))]
 pub(crate) fn put(cache: &DiskCache, kind: &str, key: &str, payload: &[u8]) {
     match cache.put(kind, key, payload) {
         Ok(()) => count(&COUNTERS.disk_cache_writes),

@@ -7,7 +7,7 @@
 //! and every other tensor of the device is still there.
 
 use crate::executable::Executable;
-use crate::targets::{KernelTarget, MatmulEpilogue, target_for};
+use crate::targets::{KernelTarget, MatmulEpilogue, Work, target_for};
 use burn_backend::{DType, ExecutionError, TensorData};
 use burn_compile_schedule::{AttentionGroup, MatmulGroup, Plan, PointwiseGroup, PointwiseKernel};
 use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, TensorIr};
@@ -67,8 +67,17 @@ enum Tuning {
 }
 
 impl<B: BackendIr> InnerDevice<B> {
+    /// The device's tensors, run by the target of its inner backend (if it has one).
     pub fn new(device: B::Device) -> Self {
         let kernels = target_for::<B::FloatTensorPrimitive>(&device);
+        Self::with_target(device, kernels)
+    }
+
+    /// The device's tensors, run by `kernels` (none: every op on the inner backend).
+    pub fn with_target(
+        device: B::Device,
+        kernels: Option<Arc<dyn KernelTarget<B::FloatTensorPrimitive>>>,
+    ) -> Self {
         Self {
             device,
             handles: Mutex::new(HandleContainer::new()),
@@ -183,7 +192,7 @@ impl<B: BackendIr> InnerDevice<B> {
     /// allocated on its own).
     pub fn slab(&self, bytes: &[u64]) -> Vec<B::FloatTensorPrimitive> {
         match &self.kernels {
-            Some(target) if !bytes.is_empty() => target.slab(bytes).unwrap_or_default(),
+            Some(target) if !bytes.is_empty() => target.allocate(bytes).unwrap_or_default(),
             _ => Vec::new(),
         }
     }
@@ -310,7 +319,14 @@ impl<B: BackendIr> InnerDevice<B> {
             alpha,
             residual: residual_tensor.as_ref(),
         };
-        let Some(result) = target.matmul(group, &inputs, epilogue, &out.shape, into)? else {
+        let work = Work::Matmul {
+            group,
+            inputs: &inputs,
+            epilogue,
+            out_shape: &out.shape,
+            into,
+        };
+        let Some(result) = target.launch(work)?.and_then(|mut o| o.pop()) else {
             return Ok(false);
         };
         drop((inputs, residual_tensor));
@@ -457,7 +473,13 @@ impl<B: BackendIr> InnerDevice<B> {
         if self.inject_failure.load(Ordering::Relaxed) {
             return Err("failure injected (inject_kernel_failure)".into());
         }
-        let Some(result) = target.attention(group, &q, &k, &v)? else {
+        let work = Work::Attention {
+            group,
+            q: &q,
+            k: &k,
+            v: &v,
+        };
+        let Some(result) = target.launch(work)?.and_then(|mut o| o.pop()) else {
             return Ok(false);
         };
         drop((q, k, v));
@@ -523,16 +545,16 @@ impl<B: BackendIr> InnerDevice<B> {
         } else {
             &group.shape
         };
-        let Some(outputs) = target.pointwise(
-            &group.kernel,
+        let work = Work::Kernel {
+            kernel: &group.kernel,
             shape,
-            &inputs,
+            inputs: &inputs,
             scalars,
             into,
             vectorize,
-            &group.dynamic,
-        )?
-        else {
+            dynamic: &group.dynamic,
+        };
+        let Some(outputs) = target.launch(work)? else {
             return Ok(false);
         };
         drop(inputs);
@@ -580,7 +602,12 @@ impl<B: BackendIr> InnerDevice<B> {
         let mut handles = self.handles();
         let input = float_input::<B>(&mut handles, &desc.input);
         let copied = crate::profile::part_if("BaseFloat.Reshape", "generated copy", || {
-            target.reshape_copy(&input, &desc.out.shape)
+            let work = Work::ReshapeCopy {
+                input: &input,
+                shape: &desc.out.shape,
+            };
+            // A copy that cannot launch leaves the reshape to the inner backend.
+            target.launch(work).ok().flatten().and_then(|mut o| o.pop())
         });
         let Some(out) = copied else {
             return false;

@@ -2,14 +2,18 @@
 //! out (snapshot), and scalars read from each replay's own ops.
 
 use TensorStatus::*;
+use burn::tensor::{Tensor, TensorData, Tolerance};
 use burn_backend::{DType, Shape};
-use burn_compile_graph::Activation;
-use burn_compile_runtime::{Binding, Executable, Launch, ScalarSource};
+use burn_compile_graph::{Activation, KeyWriter};
+use burn_compile_runtime::targets::{KernelTarget, Lowering, Work};
+use burn_compile_runtime::{Binding, Executable, InnerDevice, Launch, ScalarSource, execute};
 use burn_compile_schedule::{MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, schedule};
+use burn_flex::{Flex, FlexDevice, FlexTensor};
 use burn_ir::{
     BinaryOpIr, CustomOpIr, LinearOpIr, ModuleOperationIr, NumericOperationIr, OperationIr,
     ScalarIr, ScalarOpIr, TensorId, TensorIr, TensorStatus,
 };
+use std::sync::{Arc, Mutex};
 
 fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
     TensorIr {
@@ -161,4 +165,116 @@ fn scalars_are_read_from_each_replays_ops_never_frozen() {
     let later = block(0.125);
     assert_eq!(plan(&later), plan(&first), "the same plan serves both");
     assert_eq!(executable.scalar_table(&later), vec![0.125, 2.0]);
+}
+
+/// What the replay offered the target, launch by launch: the kind, the tensors bound (inputs;
+/// a matmul's residual counted), and a kernel's scalars.
+#[derive(Debug, PartialEq)]
+enum Offered {
+    Kernel { inputs: usize, scalars: Vec<f64> },
+    Matmul { inputs: usize, residual: bool },
+}
+
+/// A target that takes every kernel and library matmul when the plan is lowered, records each
+/// launch it is offered, and declines it: the replay then runs the launch's ops on the inner
+/// backend, so the values are eager Flex's.
+#[derive(Default)]
+struct Recording(Mutex<Vec<Offered>>);
+
+impl KernelTarget<FlexTensor> for Recording {
+    fn lower(&self, work: Lowering<'_>) -> bool {
+        !matches!(work, Lowering::Attention(_))
+    }
+
+    fn max_kernel_buffers(&self) -> usize {
+        usize::MAX
+    }
+
+    fn launch(&self, work: Work<'_, FlexTensor>) -> Result<Option<Vec<FlexTensor>>, String> {
+        let offered = match work {
+            Work::Kernel {
+                inputs, scalars, ..
+            } => Offered::Kernel {
+                inputs: inputs.len(),
+                scalars: scalars.to_vec(),
+            },
+            Work::Matmul {
+                inputs, epilogue, ..
+            } => Offered::Matmul {
+                inputs: inputs.len(),
+                residual: epilogue.residual.is_some(),
+            },
+            Work::Attention { .. } | Work::ReshapeCopy { .. } => return Ok(None),
+        };
+        self.0.lock().unwrap().push(offered);
+        Ok(None)
+    }
+}
+
+/// The replay walks the executable: each launch is offered to the target once, with its
+/// bindings and its slice of this replay's scalar table; a learning rate that changed between
+/// two replays of one plan reaches the kernel changed.
+#[test]
+fn the_replay_offers_each_launch_once_with_this_replays_scalars() {
+    let target = Arc::new(Recording::default());
+    let inner = InnerDevice::<Flex>::with_target(FlexDevice, Some(target.clone()));
+    let plan = Arc::new(plan(&block(0.5)));
+    for (step, lr) in [0.5, 0.125].into_iter().enumerate() {
+        let ops = block(lr);
+        let inputs: [(u64, &[usize]); 5] = [
+            (1, &[2, 16, 32]),
+            (10, &[32, 64]),
+            (11, &[64]),
+            (12, &[64, 32]),
+            (13, &[32]),
+        ];
+        let mut host = Vec::new();
+        for (i, (id, shape)) in inputs.into_iter().enumerate() {
+            let n: usize = shape.iter().product();
+            let values: Vec<f32> = (0..n)
+                .map(|j| ((j * 7 + i * 3 + step) % 11) as f32 / 11.0 - 0.4)
+                .collect();
+            host.push(Tensor::<Flex, 1>::from_data(
+                TensorData::new(values.clone(), [n]),
+                &FlexDevice,
+            ));
+            inner.register_data(TensorId::new(id), TensorData::new(values, shape.to_vec()));
+        }
+        target.0.lock().unwrap().clear();
+        execute(&inner, KeyWriter::new().key(), ops.clone(), &plan);
+        assert_eq!(
+            *target.0.lock().unwrap(),
+            vec![
+                Offered::Matmul {
+                    inputs: 3,
+                    residual: false
+                },
+                Offered::Matmul {
+                    inputs: 3,
+                    residual: true
+                },
+                Offered::Kernel {
+                    inputs: 1,
+                    scalars: vec![lr, 2.0]
+                },
+            ],
+            "replay {step}"
+        );
+        let mut out = ops.last().unwrap().outputs().next().unwrap().clone();
+        out.status = ReadWrite;
+        let got = burn_std::future::block_on(inner.read(&out)).unwrap();
+        // Eager Flex on the same inputs.
+        let reshape = |t: Tensor<Flex, 1>, s: [usize; 2]| t.reshape(s);
+        let x = reshape(host[0].clone(), [32, 32]);
+        let h = burn::tensor::activation::relu(
+            x.clone().matmul(reshape(host[1].clone(), [32, 64])) + host[2].clone().reshape([1, 64]),
+        );
+        let y = h.matmul(reshape(host[3].clone(), [64, 32])) + host[4].clone().reshape([1, 32]);
+        let want = ((y + x) * lr + 2.0).reshape([2, 16, 32]).into_data();
+        got.assert_approx_eq::<f32>(&want, Tolerance::default());
+    }
+    assert!(
+        !inner.first_replay(&plan),
+        "lowered once, at the first replay"
+    );
 }

@@ -19,7 +19,7 @@
 //! inner backend (one warning per distinct failure; an error in strict mode:
 //! `InnerDevice::finish_replay`).
 
-use super::KernelTarget;
+use super::{KernelTarget, Lowering, Work};
 use crate::RuntimeConfig;
 use crate::counters::KernelBuild;
 use crate::disk;
@@ -319,8 +319,8 @@ impl Output {
 }
 
 impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
-    fn accepts(&self, kernel: &PointwiseKernel) -> bool {
-        T::DTYPES.contains(&kernel.dtype)
+    fn lower(&self, work: Lowering<'_>) -> bool {
+        matches!(work, Lowering::Kernel(kernel) if T::DTYPES.contains(&kernel.dtype))
     }
 
     fn max_kernel_buffers(&self) -> usize {
@@ -344,14 +344,117 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
         }
     }
 
+    fn launch(&self, work: Work<'_, T>) -> Result<Option<Vec<T>>, String> {
+        match work {
+            Work::Kernel {
+                kernel,
+                shape,
+                inputs,
+                scalars,
+                dynamic,
+                ..
+            } => self.pointwise(kernel, shape, inputs, scalars, dynamic),
+            // The backend's own matmul and attention; a reshape that needs a copy copies in
+            // the backend's own kernel.
+            Work::Matmul { .. } | Work::Attention { .. } | Work::ReshapeCopy { .. } => Ok(None),
+        }
+    }
+
+    fn finish_replay(&self) -> Option<KernelBuild> {
+        let (pending, settings, toolchain) = {
+            let mut state = self.state();
+            if state.pending.is_empty() {
+                return None;
+            }
+            let settings = state
+                .settings
+                .clone()
+                .unwrap_or_else(|| Settings::of(&RuntimeConfig::default()));
+            let toolchain = state
+                .toolchain
+                .get_or_insert_with(|| {
+                    Toolchain::new(settings.compiler.as_deref(), settings.flags.as_deref()).map_err(
+                        |e| {
+                            format!(
+                                "{e}; install one, or name it with BURN_COMPILE_CC \
+                                 (RuntimeConfig::c_compiler)"
+                            )
+                        },
+                    )
+                })
+                .clone();
+            let pending = (
+                std::mem::take(&mut state.pending_keys),
+                std::mem::take(&mut state.pending),
+            );
+            (pending, settings, toolchain)
+        };
+        let (keys, functions) = pending;
+        let start = Instant::now();
+        let kernels = functions.len();
+        tracing::debug!(
+            target: "burn_compile::output_code",
+            "building {kernels} C kernel(s) in {}",
+            settings.cache_dir.display()
+        );
+        let built = toolchain.and_then(|toolchain| {
+            let (unit, cached) =
+                crate::progress::long_work(&format!("building {kernels} C kernel(s)"), || {
+                    build_unit(&toolchain, &c_unit(&functions), &settings)
+                })?;
+            let unit = Arc::new(unit);
+            functions
+                .iter()
+                .enumerate()
+                .zip(&keys)
+                .map(|((i, f), (_, layout))| {
+                    let function = unit.kernel(&format!("k{i}")).map_err(|e| e.to_string())?;
+                    Ok(Arc::new(Built {
+                        function,
+                        tasks: f.tasks,
+                        parallel: f.parallel,
+                        symbolic: layout.2.iter().any(|d| *d),
+                        _unit: unit.clone(),
+                    }))
+                })
+                .collect::<Result<Vec<_>, String>>()
+                .map(|built| (cached, built))
+        });
+        let mut state = self.state();
+        let (cached, error) = match built {
+            Ok((cached, built)) => {
+                for ((kernel, layout), built) in keys.into_iter().zip(built) {
+                    let layouts = state.entries.entry(kernel).or_default();
+                    layouts.insert(layout, Entry::Built(built));
+                }
+                (cached, None)
+            }
+            Err(error) => {
+                let why: Arc<str> = error.as_str().into();
+                for (kernel, layout) in keys {
+                    let layouts = state.entries.entry(kernel).or_default();
+                    layouts.insert(layout, Entry::Failed(why.clone()));
+                }
+                (false, Some(error))
+            }
+        };
+        Some(KernelBuild {
+            kernels,
+            time: start.elapsed(),
+            cached,
+            error,
+        })
+    }
+}
+
+impl<T: HostTensor> CpuTarget<T> {
+    /// Runs a C kernel (in-place slots and vectorization are the compiler's business here).
     fn pointwise(
         &self,
         kernel: &PointwiseKernel,
         shape: &Shape,
         inputs: &[T],
         scalars: &[f64],
-        _into: &[Option<&T>],
-        _vectorize: bool,
         dynamic: &[bool],
     ) -> Result<Option<Vec<T>>, String> {
         let dims = shape.as_slice();
@@ -470,96 +573,5 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                 .map(|(o, s)| unsafe { o.into_tensor(s, kernel.dtype) })
                 .collect(),
         ))
-    }
-
-    fn finish_replay(&self) -> Option<KernelBuild> {
-        let (pending, settings, toolchain) = {
-            let mut state = self.state();
-            if state.pending.is_empty() {
-                return None;
-            }
-            let settings = state
-                .settings
-                .clone()
-                .unwrap_or_else(|| Settings::of(&RuntimeConfig::default()));
-            let toolchain = state
-                .toolchain
-                .get_or_insert_with(|| {
-                    Toolchain::new(settings.compiler.as_deref(), settings.flags.as_deref()).map_err(
-                        |e| {
-                            format!(
-                                "{e}; install one, or name it with BURN_COMPILE_CC \
-                                 (RuntimeConfig::c_compiler)"
-                            )
-                        },
-                    )
-                })
-                .clone();
-            let pending = (
-                std::mem::take(&mut state.pending_keys),
-                std::mem::take(&mut state.pending),
-            );
-            (pending, settings, toolchain)
-        };
-        let (keys, functions) = pending;
-        let start = Instant::now();
-        let kernels = functions.len();
-        tracing::debug!(
-            target: "burn_compile::output_code",
-            "building {kernels} C kernel(s) in {}",
-            settings.cache_dir.display()
-        );
-        let built = toolchain.and_then(|toolchain| {
-            let (unit, cached) =
-                crate::progress::long_work(&format!("building {kernels} C kernel(s)"), || {
-                    build_unit(&toolchain, &c_unit(&functions), &settings)
-                })?;
-            let unit = Arc::new(unit);
-            functions
-                .iter()
-                .enumerate()
-                .zip(&keys)
-                .map(|((i, f), (_, layout))| {
-                    let function = unit.kernel(&format!("k{i}")).map_err(|e| e.to_string())?;
-                    Ok(Arc::new(Built {
-                        function,
-                        tasks: f.tasks,
-                        parallel: f.parallel,
-                        symbolic: layout.2.iter().any(|d| *d),
-                        _unit: unit.clone(),
-                    }))
-                })
-                .collect::<Result<Vec<_>, String>>()
-                .map(|built| (cached, built))
-        });
-        let mut state = self.state();
-        let (cached, error) = match built {
-            Ok((cached, built)) => {
-                for ((kernel, layout), built) in keys.into_iter().zip(built) {
-                    let layouts = state.entries.entry(kernel).or_default();
-                    layouts.insert(layout, Entry::Built(built));
-                }
-                (cached, None)
-            }
-            Err(error) => {
-                let why: Arc<str> = error.as_str().into();
-                for (kernel, layout) in keys {
-                    let layouts = state.entries.entry(kernel).or_default();
-                    layouts.insert(layout, Entry::Failed(why.clone()));
-                }
-                (false, Some(error))
-            }
-        };
-        Some(KernelBuild {
-            kernels,
-            time: start.elapsed(),
-            cached,
-            error,
-        })
-    }
-
-    fn reshape_copy(&self, _input: &T, _shape: &Shape) -> Option<T> {
-        // The backend copies a reshape that needs it in its own kernel.
-        None
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! A plan's fused steps need a target that launches generated kernels on the inner backend's
 //! float tensors: a CubeCL backend (`CubeBackend` on wgpu or CUDA, whose tensors are
-//! `CubeTensor`s), or Flex and NdArray on the CPU (C kernels, [`super::cpu`]). Other inner
+//! `CubeTensor`s), or Flex and NdArray on the CPU (C kernels, `cpu`). Other inner
 //! backends (Burn's own `Fusion`) have no target here, so their plans run every op on the
 //! inner backend. The target is found from the float tensor type, so `Compiled<B>` needs no
 //! bound beyond Burn's own.
@@ -30,10 +30,61 @@ pub struct MatmulEpilogue<'a, T> {
     pub residual: Option<&'a T>,
 }
 
-/// Launches generated kernels on tensors of type `T` (the inner backend's float tensors).
+/// What a plan asks a target to take as one launch of its own, when the plan is compiled.
+#[derive(Clone, Copy, Debug)]
+pub enum Lowering<'a> {
+    /// A fused group's generated kernel.
+    Kernel(&'a PointwiseKernel),
+    /// A library matmul with its epilogue.
+    Matmul(&'a MatmulGroup),
+    /// `softmax(q @ kᵀ / √d) @ v` as one kernel.
+    Attention(&'a AttentionGroup),
+}
+
+/// One launch of a replay, over the inner backend's tensors.
+pub enum Work<'a, T> {
+    /// Generated kernel `kernel` over `shape`: `inputs` and `scalars` in kernel order; output
+    /// `o` into the slot buffer `into[o]` (from [`KernelTarget::allocate`]) when given, else
+    /// newly allocated; contiguous, of `shape` (a row kernel's row outputs: its row shape).
+    /// `vectorize`: vector loads and stores where the buffers allow. `dynamic` (empty: none):
+    /// the dimensions of a symbolic plan's kernel whose sizes are runtime arguments.
+    Kernel {
+        kernel: &'a PointwiseKernel,
+        shape: &'a Shape,
+        inputs: &'a [T],
+        scalars: &'a [f64],
+        into: &'a [Option<&'a T>],
+        vectorize: bool,
+        dynamic: &'a [bool],
+    },
+    /// A library matmul over `inputs` (the operation's, in its order) and its `epilogue`, into
+    /// a contiguous tensor of `out_shape` (in the slot buffer `into` when given).
+    Matmul {
+        group: &'a MatmulGroup,
+        inputs: &'a [T],
+        epilogue: MatmulEpilogue<'a, T>,
+        out_shape: &'a Shape,
+        into: Option<&'a T>,
+    },
+    /// `softmax(q @ kᵀ / √d) @ v` into a new contiguous tensor.
+    Attention {
+        group: &'a AttentionGroup,
+        q: &'a T,
+        k: &'a T,
+        v: &'a T,
+    },
+    /// `input` reshaped to `shape` where the inner backend would copy it (a view whose strides
+    /// cannot express the new shape: attention's context, its heads swapped back), copied by a
+    /// generated kernel.
+    ReshapeCopy { input: &'a T, shape: &'a Shape },
+}
+
+/// What runs a device's executables on its inner backend's tensors (of type `T`): CubeCL on
+/// wgpu and CUDA (with cuBLASLt), C on the CPU.
 pub trait KernelTarget<T>: Send + Sync {
-    /// Whether this target has a kernel for `kernel` (its dtype, mainly).
-    fn accepts(&self, kernel: &PointwiseKernel) -> bool;
+    /// Whether this target takes `work` as one launch of its own (else its operations run on
+    /// the inner backend): asked when a plan is compiled.
+    fn lower(&self, work: Lowering<'_>) -> bool;
 
     /// Buffers a generated kernel may bind for its inputs and outputs on this device (the
     /// schedule splits wider groups).
@@ -41,30 +92,18 @@ pub trait KernelTarget<T>: Send + Sync {
 
     /// One buffer per slot of a replay's memory plan (`bytes` each), reserved in one call;
     /// `None` when the target has none (every output is allocated on its own).
-    fn slab(&self, _bytes: &[u64]) -> Option<Vec<T>> {
+    fn allocate(&self, _bytes: &[u64]) -> Option<Vec<T>> {
         None
     }
 
-    /// Runs `kernel` over `shape`: `inputs` in kernel order, `scalars` in kernel order. Returns
-    /// the outputs, contiguous (of `shape`, or of its row shape for a row kernel's row
-    /// outputs): output `o` in the slot buffer `into[o]` (from [`KernelTarget::slab`]) when
-    /// given, else newly allocated; `Ok(None)` when the target has no kernel for these layouts
-    /// yet (it builds it at the end of the replay, [`KernelTarget::finish_replay`]) or its
-    /// build failed (reported then): the caller runs the operations; or why the kernel could
-    /// not be compiled or launched. `vectorize`: vector loads and stores where the buffers
-    /// allow (else scalar code). `dynamic` (empty: none): the dimensions of a symbolic plan's
-    /// kernel whose sizes it takes as runtime arguments, so one kernel serves all their sizes.
-    #[allow(clippy::too_many_arguments)]
-    fn pointwise(
-        &self,
-        kernel: &PointwiseKernel,
-        shape: &Shape,
-        inputs: &[T],
-        scalars: &[f64],
-        into: &[Option<&T>],
-        vectorize: bool,
-        dynamic: &[bool],
-    ) -> Result<Option<Vec<T>>, String>;
+    /// Runs `work`; returns its outputs. `Ok(None)`: not taken here, nothing changed — no
+    /// kernel for these layouts yet (a target that builds at the end of the replay,
+    /// [`KernelTarget::finish_replay`]), a build that failed (reported then), layouts the
+    /// library cannot take, no copy needed: the caller runs the operations. `Err`: why the
+    /// launch failed.
+    /// No default: a target wrapping another must forward every kind (a default silently lost
+    /// one).
+    fn launch(&self, work: Work<'_, T>) -> Result<Option<Vec<T>>, String>;
 
     /// Takes the device's config (the compiler and flags of a target that builds kernels).
     fn configure(&self, _config: &crate::RuntimeConfig) {}
@@ -80,51 +119,6 @@ pub trait KernelTarget<T>: Send + Sync {
     /// each), else here.
     fn on_device_thread(&self, task: &mut (dyn FnMut() + Send)) {
         task()
-    }
-
-    /// Whether this target runs `group` with a library matmul (cuBLASLt on CUDA).
-    fn accepts_matmul(&self, _group: &MatmulGroup) -> bool {
-        false
-    }
-
-    /// Runs a library matmul over `inputs` (the operation's inputs, in its order) and its
-    /// `epilogue` into a contiguous tensor of `out_shape`: in the slot buffer `into` when
-    /// given, else newly allocated. `Ok(None)`: the library cannot take these layouts (the
-    /// caller runs the operations); `Err`: the call failed.
-    fn matmul(
-        &self,
-        _group: &MatmulGroup,
-        _inputs: &[T],
-        _epilogue: MatmulEpilogue<'_, T>,
-        _out_shape: &Shape,
-        _into: Option<&T>,
-    ) -> Result<Option<T>, String> {
-        Ok(None)
-    }
-
-    /// `input` reshaped to `shape` where the inner backend would copy it (a view whose strides
-    /// cannot express the new shape: attention's context, its heads swapped back): the copy as
-    /// a generated kernel, launched like every generated kernel. `None` where no copy is needed
-    /// or the target has no kernel for it: the inner backend reshapes.
-    /// No default: a target wrapping another must forward it (a default silently lost it).
-    fn reshape_copy(&self, input: &T, shape: &Shape) -> Option<T>;
-
-    /// Whether this target runs `group` as one attention kernel.
-    fn accepts_attention(&self, _group: &AttentionGroup) -> bool {
-        false
-    }
-
-    /// Runs `softmax(q @ kᵀ / √d) @ v` as one kernel into a new contiguous tensor. `Ok(None)`:
-    /// the target has no kernel for this problem (the caller runs the parts); `Err`: the
-    /// kernel failed.
-    fn attention(
-        &self,
-        _group: &AttentionGroup,
-        _q: &T,
-        _k: &T,
-        _v: &T,
-    ) -> Result<Option<T>, String> {
-        Ok(None)
     }
 }
 
@@ -175,12 +169,10 @@ pub(crate) use cube::{batch_folded, in_slot};
 mod cuda {
     use super::cube::CubeTarget;
     use super::cublaslt::CuBlasLt;
-    use super::{KernelTarget, MatmulEpilogue};
+    use super::{KernelTarget, Lowering, Work};
     use burn_backend::DType;
-    use burn_compile_schedule::{AttentionGroup, MatmulGroup, PointwiseKernel};
     use burn_cubecl::cubecl::cuda::CudaRuntime;
     use burn_cubecl::tensor::CubeTensor;
-    use burn_std::Shape;
     use std::any::{Any, TypeId};
     use std::sync::{Arc, OnceLock};
 
@@ -227,8 +219,11 @@ mod cuda {
     }
 
     impl KernelTarget<Tensor> for CudaTarget {
-        fn accepts(&self, kernel: &PointwiseKernel) -> bool {
-            self.kernels.accepts(kernel)
+        fn lower(&self, work: Lowering<'_>) -> bool {
+            match work {
+                Lowering::Matmul(group) => self.blas.is_some() && CuBlasLt::accepts(group),
+                other => self.kernels.lower(other),
+            }
         }
 
         fn max_kernel_buffers(&self) -> usize {
@@ -239,65 +234,34 @@ mod cuda {
             self.kernels.on_device_thread(task)
         }
 
-        fn slab(&self, bytes: &[u64]) -> Option<Vec<Tensor>> {
-            self.kernels.slab(bytes)
+        fn allocate(&self, bytes: &[u64]) -> Option<Vec<Tensor>> {
+            self.kernels.allocate(bytes)
         }
 
-        fn pointwise(
-            &self,
-            kernel: &PointwiseKernel,
-            shape: &Shape,
-            inputs: &[Tensor],
-            scalars: &[f64],
-            into: &[Option<&Tensor>],
-            vectorize: bool,
-            dynamic: &[bool],
-        ) -> Result<Option<Vec<Tensor>>, String> {
-            self.kernels
-                .pointwise(kernel, shape, inputs, scalars, into, vectorize, dynamic)
-        }
-
-        fn reshape_copy(&self, input: &Tensor, shape: &Shape) -> Option<Tensor> {
-            self.kernels.reshape_copy(input, shape)
-        }
-
-        fn accepts_matmul(&self, group: &MatmulGroup) -> bool {
-            self.blas.is_some() && CuBlasLt::accepts(group)
-        }
-
-        fn matmul(
-            &self,
-            group: &MatmulGroup,
-            inputs: &[Tensor],
-            epilogue: MatmulEpilogue<'_, Tensor>,
-            out_shape: &Shape,
-            into: Option<&Tensor>,
-        ) -> Result<Option<Tensor>, String> {
-            match self.blas {
-                Some(blas) => blas.matmul(group, inputs, epilogue, out_shape, into),
-                None => Ok(None),
+        fn launch(&self, work: Work<'_, Tensor>) -> Result<Option<Vec<Tensor>>, String> {
+            match (work, self.blas) {
+                (
+                    Work::Matmul {
+                        group,
+                        inputs,
+                        epilogue,
+                        out_shape,
+                        into,
+                    },
+                    Some(blas),
+                ) => Ok(blas
+                    .matmul(group, inputs, epilogue, out_shape, into)?
+                    .map(|out| vec![out])),
+                (Work::Matmul { .. }, None) => Ok(None),
+                (other, _) => self.kernels.launch(other),
             }
-        }
-
-        fn accepts_attention(&self, group: &AttentionGroup) -> bool {
-            self.kernels.accepts_attention(group)
-        }
-
-        fn attention(
-            &self,
-            group: &AttentionGroup,
-            q: &Tensor,
-            k: &Tensor,
-            v: &Tensor,
-        ) -> Result<Option<Tensor>, String> {
-            self.kernels.attention(group, q, k, v)
         }
     }
 }
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod cube {
-    use super::KernelTarget;
+    use super::{KernelTarget, Lowering, Work};
     use burn_backend::ops::AttentionModuleOptions;
     use burn_backend::{DType, ElementConversion};
     use burn_compile_codegen::{LaunchLayout, launch_pointwise, widest_aligned};
@@ -673,16 +637,16 @@ mod cube {
         };
     }
 
-    impl<R: CubeRuntime> KernelTarget<CubeTensor<R>> for CubeTarget<R> {
-        fn accepts(&self, kernel: &PointwiseKernel) -> bool {
+    impl<R: CubeRuntime> CubeTarget<R> {
+        pub(super) fn accepts(&self, kernel: &PointwiseKernel) -> bool {
             self.dtypes.contains(&kernel.dtype)
         }
 
-        fn max_kernel_buffers(&self) -> usize {
+        pub(super) fn max_kernel_buffers(&self) -> usize {
             self.max_buffers
         }
 
-        fn on_device_thread(&self, task: &mut (dyn FnMut() + Send)) {
+        pub(super) fn on_device_thread(&self, task: &mut (dyn FnMut() + Send)) {
             // CubeCL's device handle runs a task it is given on its runner thread directly when
             // the caller is that thread: inside this exclusive task, every allocation and
             // launch of the replay is a call, not a message through the runner's queue.
@@ -697,7 +661,7 @@ mod cube {
             }
         }
 
-        fn slab(&self, bytes: &[u64]) -> Option<Vec<CubeTensor<R>>> {
+        pub(super) fn slab(&self, bytes: &[u64]) -> Option<Vec<CubeTensor<R>>> {
             let descriptors = bytes
                 .iter()
                 .map(|b| MemoryLayoutDescriptor::contiguous([*b as usize].into(), 1))
@@ -720,7 +684,8 @@ mod cube {
             )
         }
 
-        fn pointwise(
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn pointwise(
             &self,
             kernel: &PointwiseKernel,
             shape: &Shape,
@@ -763,7 +728,11 @@ mod cube {
                 .map_err(|payload| panic_message(payload, "the kernel launch"))
         }
 
-        fn reshape_copy(&self, input: &CubeTensor<R>, shape: &Shape) -> Option<CubeTensor<R>> {
+        pub(super) fn reshape_copy(
+            &self,
+            input: &CubeTensor<R>,
+            shape: &Shape,
+        ) -> Option<CubeTensor<R>> {
             let (from, strides) = (input.meta.shape(), input.meta.strides());
             let copies = matches!(
                 burn_std::tensor::reshape_action(from, strides, shape),
@@ -789,11 +758,11 @@ mod cube {
             ))
         }
 
-        fn accepts_attention(&self, group: &AttentionGroup) -> bool {
+        pub(super) fn accepts_attention(&self, group: &AttentionGroup) -> bool {
             self.dtypes.contains(&group.dtype)
         }
 
-        fn attention(
+        pub(super) fn attention(
             &self,
             group: &AttentionGroup,
             q: &CubeTensor<R>,
@@ -867,6 +836,52 @@ mod cube {
                     );
                     Ok(None)
                 }
+            }
+        }
+    }
+
+    impl<R: CubeRuntime> KernelTarget<CubeTensor<R>> for CubeTarget<R> {
+        fn lower(&self, work: Lowering<'_>) -> bool {
+            match work {
+                Lowering::Kernel(kernel) => self.accepts(kernel),
+                Lowering::Attention(group) => self.accepts_attention(group),
+                Lowering::Matmul(_) => false,
+            }
+        }
+
+        fn max_kernel_buffers(&self) -> usize {
+            self.max_kernel_buffers()
+        }
+
+        fn on_device_thread(&self, task: &mut (dyn FnMut() + Send)) {
+            self.on_device_thread(task)
+        }
+
+        fn allocate(&self, bytes: &[u64]) -> Option<Vec<CubeTensor<R>>> {
+            self.slab(bytes)
+        }
+
+        fn launch(
+            &self,
+            work: Work<'_, CubeTensor<R>>,
+        ) -> Result<Option<Vec<CubeTensor<R>>>, String> {
+            match work {
+                Work::Kernel {
+                    kernel,
+                    shape,
+                    inputs,
+                    scalars,
+                    into,
+                    vectorize,
+                    dynamic,
+                } => self.pointwise(kernel, shape, inputs, scalars, into, vectorize, dynamic),
+                Work::Attention { group, q, k, v } => {
+                    Ok(self.attention(group, q, k, v)?.map(|out| vec![out]))
+                }
+                Work::ReshapeCopy { input, shape } => {
+                    Ok(self.reshape_copy(input, shape).map(|out| vec![out]))
+                }
+                Work::Matmul { .. } => Ok(None),
             }
         }
     }
