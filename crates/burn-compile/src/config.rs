@@ -116,7 +116,7 @@ pub struct CompileConfig {
     /// it, the least recently used entries are removed.
     pub cache_max_bytes: u64,
     /// Run every graph both compiled and eagerly and compare their outputs
-    /// (`BURN_COMPILE_ACCURACY_CHECK`; see [`crate::replay`]): a divergence is bisected to
+    /// (`BURN_COMPILE_ACCURACY_CHECK`; see [`crate::incident`]): a divergence is bisected to
     /// the first op that diverges, reported, and written as a replay file into
     /// [`CompileConfig::incident_dir`]; in strict mode it is also an error at the next read.
     /// Costs a sync and an eager run per graph: a debugging mode.

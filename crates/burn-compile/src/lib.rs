@@ -7,7 +7,8 @@
 //! The pipeline reads in crate order: `backend` + `capture` (this crate) → `graph` → `passes` →
 //! `schedule` → `codegen` (backend-free crates) → `runtime` (`burn-compile-runtime`). This crate
 //! also holds the plan cache (`plan_cache`: compiles, recompiles, symbolic plans) and what
-//! users see: config, `explain`, metrics, logs, incident replay.
+//! users see: config, `explain`, metrics, logs, incident files (`incident`: a graph replayed
+//! offline, compiled against eager).
 //!
 //! ```no_run
 //! use burn::tensor::Tensor;
@@ -27,11 +28,11 @@ mod diagnostics;
 mod dims;
 mod disk_cache;
 mod explain;
+pub mod incident;
 mod logs;
 mod metrics;
 mod plan_cache;
 mod registry;
-pub mod replay;
 mod stance;
 
 pub use burn_compile_disk_cache::ImportReport;

@@ -1140,7 +1140,7 @@ fn scaled_ff<B: Backend>(
 /// of 14, deterministically) while the graphs ran on the execution thread's own CubeCL stream,
 /// whose queued work wgpu runs lazily (most likely a buffer a replay had freed was reused by a
 /// later upload on the user's stream and overwritten before the replay's reads ran). Graphs now
-/// run on the stream of the thread that recorded them (runtime/executor.rs).
+/// run on the stream of the thread that recorded them (burn-compile-runtime, executor.rs).
 #[test]
 fn gpu_outputs_left_unread_while_a_parameter_is_replaced_match_eager() {
     if !adapter_available() {

@@ -6,7 +6,7 @@
 //! Exit status: 0 when every output matches, 1 on a divergence, 2 when the file cannot be
 //! replayed (unreadable, another format, a backend this build lacks).
 
-use burn_compile::replay::{Comparison, GraphFile, replay};
+use burn_compile::incident::{Comparison, GraphFile, replay};
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: burn-compile-replay FILE [--backend flex|ndarray|wgpu|cuda] [--json]";

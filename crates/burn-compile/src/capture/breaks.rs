@@ -98,7 +98,7 @@ const OWN_FILES: &[&str] = &[
     "src/capture/client.rs",
     "src/explain.rs",
     "src/registry.rs",
-    "src/runtime/cache.rs",
+    "src/plan_cache.rs",
 ];
 
 /// The first frame of the current backtrace outside Burn, CubeCL, the standard library and this

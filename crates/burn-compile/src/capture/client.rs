@@ -471,13 +471,13 @@ impl<B: BackendIr> Shared<B> {
         }
         let key = record.key;
         if config.dump_graphs && !record.cache_hit {
-            crate::replay::dump(&key.to_string(), ops, config);
+            crate::incident::dump(&key.to_string(), ops, config);
         }
         // The accuracy check reads the graph's inputs before it runs (it may consume them),
         // then runs it synchronously and compares.
         let check = if config.accuracy_check {
             self.executor.wait();
-            match crate::replay::read_inputs(inner, ops) {
+            match crate::incident::read_inputs(inner, ops) {
                 Ok(values) => Some((ops.to_vec(), values)),
                 Err(e) => {
                     tracing::warn!(
@@ -500,7 +500,7 @@ impl<B: BackendIr> Shared<B> {
             config.async_execution && check.is_none(),
         );
         if let Some((ops, values)) = check {
-            let found = crate::replay::check_live::<B>(
+            let found = crate::incident::check_live::<B>(
                 inner,
                 &self.device,
                 &key.to_string(),
@@ -649,7 +649,8 @@ impl<B: BackendIr> RunnerClient for CompileClient<B> {
         }
         drop(state);
         self.shared.executor.wait();
-        // The graphs ran on this thread's stream (runtime/executor.rs): syncing it waits for them.
+        // The graphs ran on this thread's stream (burn-compile-runtime, executor.rs): syncing it
+        // waits for them.
         self.shared.executor.inner().sync()
     }
 

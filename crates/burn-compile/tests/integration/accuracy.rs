@@ -7,10 +7,12 @@
 //! and its eager results on NdArray equal Flex's.
 //!
 //! Tolerance (f32): relative 1e-4, absolute 1e-5 against eager Flex; the check's own per-dtype
-//! tolerance is `replay::tolerance`. (A process of its own: it configures the one Flex device.)
+//! tolerance is `incident::tolerance`. (A process of its own: it configures the one Flex device.)
 
 use burn::tensor::{Tensor, TensorData, Tolerance};
-use burn_compile::replay::{GraphFile, compare, graph_outputs, replay, run, take_accuracy_reports};
+use burn_compile::incident::{
+    GraphFile, compare, graph_outputs, replay, run, take_accuracy_reports,
+};
 use burn_compile::{CompileConfig, Compiled, configure, metrics};
 use burn_flex::{Flex, FlexDevice};
 use burn_ndarray::NdArray;
