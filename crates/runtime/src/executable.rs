@@ -249,50 +249,71 @@ fn positions(op: u32, inputs: &[u8]) -> String {
         .join(", ")
 }
 
+impl Executable {
+    /// Launch `i` as one line of the listing (without its number).
+    pub fn line(&self, i: usize) -> String {
+        struct Line<'a>(&'a Executable, &'a Launch);
+        impl fmt::Display for Line<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt_launch(f, self.1)
+            }
+        }
+        match self.launches.get(i) {
+            Some(launch) => Line(self, launch).to_string(),
+            None => format!("launch {i} (past the end)"),
+        }
+    }
+
+    fn fmt_launch(&self, f: &mut fmt::Formatter<'_>, launch: &Launch) -> fmt::Result {
+        match launch {
+            Launch::Eager { op } => write!(f, "eager {} op{op}", self.op_name(*op))?,
+            Launch::Activation { op, kind } => {
+                write!(f, "activation {kind:?} op{op}")?;
+            }
+            Launch::Kernel {
+                group,
+                bindings: b,
+                scalars: (start, len),
+            } => {
+                write!(f, "kernel {group} ")?;
+                bindings(f, b)?;
+                if *len > 0 {
+                    write!(f, " scalars s{start}..s{}", start + len)?;
+                }
+            }
+            Launch::Matmul {
+                group,
+                bindings: b,
+                alpha,
+            } => {
+                write!(f, "library matmul {group} ")?;
+                bindings(f, b)?;
+                if let Some(a) = alpha {
+                    write!(f, " alpha s{a}")?;
+                }
+            }
+            Launch::Attention { group, bindings: b } => {
+                write!(f, "attention {group} ")?;
+                bindings(f, b)?;
+            }
+            Launch::Release { op, inputs } => write!(f, "free {}", positions(*op, inputs))?,
+            Launch::Alias { op, of, inputs } => {
+                write!(f, "alias op{op} = op{of}")?;
+                if !inputs.is_empty() {
+                    write!(f, "; free {}", positions(*op, inputs))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for Executable {
     /// One line per launch; then the scalar table and the replay's buffer.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, launch) in self.launches.iter().enumerate() {
             write!(f, "{i:>4}  ")?;
-            match launch {
-                Launch::Eager { op } => write!(f, "eager {} op{op}", self.op_name(*op))?,
-                Launch::Activation { op, kind } => {
-                    write!(f, "activation {kind:?} op{op}")?;
-                }
-                Launch::Kernel {
-                    group,
-                    bindings: b,
-                    scalars: (start, len),
-                } => {
-                    write!(f, "kernel {group} ")?;
-                    bindings(f, b)?;
-                    if *len > 0 {
-                        write!(f, " scalars s{start}..s{}", start + len)?;
-                    }
-                }
-                Launch::Matmul {
-                    group,
-                    bindings: b,
-                    alpha,
-                } => {
-                    write!(f, "library matmul {group} ")?;
-                    bindings(f, b)?;
-                    if let Some(a) = alpha {
-                        write!(f, " alpha s{a}")?;
-                    }
-                }
-                Launch::Attention { group, bindings: b } => {
-                    write!(f, "attention {group} ")?;
-                    bindings(f, b)?;
-                }
-                Launch::Release { op, inputs } => write!(f, "free {}", positions(*op, inputs))?,
-                Launch::Alias { op, of, inputs } => {
-                    write!(f, "alias op{op} = op{of}")?;
-                    if !inputs.is_empty() {
-                        write!(f, "; free {}", positions(*op, inputs))?;
-                    }
-                }
-            }
+            self.fmt_launch(f, launch)?;
             writeln!(f)?;
         }
         if !self.scalars.is_empty() {

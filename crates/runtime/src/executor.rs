@@ -17,8 +17,9 @@
 //!
 //! Whoever touches the inner backend directly (a read, a sync, a seed, an eager op) first waits
 //! for the worker to be idle ([`Executor::wait`]). A panic of the inner backend during a graph is
-//! caught on the worker and raised again, with its original payload, at the next wait of the
-//! thread that recorded the graph (the thread where eager Burn would have panicked); that
+//! caught on the worker and raised again (its message, then the graph and launch it came from)
+//! at the next wait of the thread that recorded the graph (where eager Burn would have panicked,
+//! and where the panic hook then prints it; `resume_unwind` printed nothing); that
 //! thread's later graphs are dropped unexecuted until then (their inputs may not exist). Other
 //! threads' graphs go on.
 //!
@@ -53,8 +54,8 @@ struct Progress {
     /// Graphs submitted and not yet finished (or dropped).
     pending: usize,
     /// Panics of the inner backend, each waiting to be raised on the thread that recorded the
-    /// graph.
-    panics: Vec<(ThreadId, Box<dyn Any + Send>)>,
+    /// graph, with where it happened (the graph and its launch).
+    panics: Vec<(ThreadId, Box<dyn Any + Send>, String)>,
     /// Emptied op vectors, handed back to the recorder (ops are large; regrowing costs copies).
     spent: Vec<Vec<OperationIr>>,
 }
@@ -174,7 +175,7 @@ impl<B: BackendIr> Executor<B> {
                     let failed = lock(&shared.progress)
                         .panics
                         .iter()
-                        .any(|(t, _)| *t == job.owner);
+                        .any(|(t, _, _)| *t == job.owner);
                     let result = if failed {
                         // An earlier graph of this thread panicked: its outputs do not exist.
                         Ok(None)
@@ -190,7 +191,17 @@ impl<B: BackendIr> Executor<B> {
                     match result {
                         Ok(Some(spent)) if progress.spent.len() < 4 => progress.spent.push(spent),
                         Ok(_) => {}
-                        Err(payload) => progress.panics.push((job.owner, payload)),
+                        Err(payload) => {
+                            let at =
+                                format!("graph {}, {}", job.key, inner.current_launch(&job.plan));
+                            tracing::error!(
+                                target: "burn_compile::graphs",
+                                "the inner backend panicked in {at} ({}); raised at the next \
+                                 read or sync of the thread that recorded the graph",
+                                crate::panic_message(&*payload)
+                            );
+                            progress.panics.push((job.owner, payload, at))
+                        }
                     }
                     progress.pending -= 1;
                     if progress.pending == 0 {
@@ -217,10 +228,18 @@ impl<B: BackendIr> Executor<B> {
             return;
         }
         let me = std::thread::current().id();
-        if let Some(i) = progress.panics.iter().position(|(t, _)| *t == me) {
-            let (_, payload) = progress.panics.swap_remove(i);
+        if let Some(i) = progress.panics.iter().position(|(t, _, _)| *t == me) {
+            let (_, payload, at) = progress.panics.swap_remove(i);
             drop(progress);
-            resume_unwind(payload);
+            // A string message is raised again with `panic!`, so the panic hook prints it here,
+            // on the user's thread, first line eager Burn's message; then where it happened.
+            // (`resume_unwind` prints nothing.)
+            match crate::panic_text(&*payload) {
+                Some(message) => {
+                    panic!("{message}\n(burn-compile: raised by {at}, on the execution thread)")
+                }
+                None => resume_unwind(payload),
+            }
         }
     }
 

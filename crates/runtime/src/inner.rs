@@ -14,7 +14,7 @@ use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, T
 use burn_std::future::DynFut;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,9 @@ pub struct InnerDevice<B: BackendIr> {
     /// The executables of the plans replayed so far, by the plan's address (the plan is held:
     /// its address is not reused while its executable is here).
     executables: Mutex<FxHashMap<usize, Lowered>>,
+    /// The launch of the executable running now (graphs of a device run one at a time): where
+    /// a panic of the inner backend came from.
+    current_launch: AtomicUsize,
 }
 
 /// The timing of an attention kernel against its parts, one replay of the problem per state.
@@ -91,6 +94,7 @@ impl<B: BackendIr> InnerDevice<B> {
             vectorize: AtomicBool::new(true),
             attention_tuning: Mutex::new(FxHashMap::default()),
             executables: Mutex::new(FxHashMap::default()),
+            current_launch: AtomicUsize::new(0),
         }
     }
 
@@ -100,6 +104,23 @@ impl<B: BackendIr> InnerDevice<B> {
         executables
             .get(&(Arc::as_ptr(plan) as usize))
             .is_none_or(|(held, _)| !Arc::ptr_eq(held, plan))
+    }
+
+    /// Launch `i` of the running executable starts.
+    pub(crate) fn set_current_launch(&self, i: usize) {
+        self.current_launch.store(i, Ordering::Relaxed);
+    }
+
+    /// Where a replay of `plan` stopped: its current launch, as `launch N: <listing line>`.
+    pub(crate) fn current_launch(&self, plan: &Arc<Plan>) -> String {
+        let i = self.current_launch.load(Ordering::Relaxed);
+        let executables = self.executables.lock().unwrap_or_else(|e| e.into_inner());
+        match executables.get(&(Arc::as_ptr(plan) as usize)) {
+            Some((held, executable)) if Arc::ptr_eq(held, plan) => {
+                format!("launch {i}: {}", executable.line(i))
+            }
+            _ => "before its first launch".into(),
+        }
     }
 
     /// The executable of `plan` on this device, lowered at its first replay (`ops`: that

@@ -18,6 +18,7 @@ pub mod disk;
 pub mod executable;
 mod executor;
 mod inner;
+mod panics;
 pub mod profile;
 pub mod progress;
 pub mod replay;
@@ -28,6 +29,7 @@ pub use counters::KernelBuild;
 pub use executable::{Binding, Executable, Launch, ScalarSource};
 pub use executor::{Executor, record_streams, streams_ran_on};
 pub use inner::InnerDevice;
-pub use replay::{execute, execute_one, panic_message};
+pub use panics::{panic_message, panic_text};
+pub use replay::{execute, execute_one};
 #[cfg(feature = "gpu")]
 pub use targets::is_cubecl;

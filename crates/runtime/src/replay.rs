@@ -31,7 +31,8 @@ pub fn execute<B: BackendIr>(
     // planned value is freed inside the graph).
     let slab = inner.slab(&executable.slab);
     let mut into = Vec::new();
-    for launch in &executable.launches {
+    for (i, launch) in executable.launches.iter().enumerate() {
+        inner.set_current_launch(i);
         let start = profiling.then(Instant::now);
         match launch {
             Launch::Eager { op } => inner.execute(&ops[*op as usize]),
@@ -116,13 +117,4 @@ pub fn execute_one<B: BackendIr>(inner: &InnerDevice<B>, op: OperationIr) {
         Some(kind) => crate::activation::run(inner, &op, kind),
         None => inner.execute(&op),
     }
-}
-
-/// The message of a panic's payload.
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a panic".into())
 }

@@ -1,6 +1,6 @@
-//! A panic of the inner backend inside a graph reaches the user with eager Burn's message, at
-//! the next read of the thread that recorded the graph (graphs run on the device's execution
-//! thread). The device and its other tensors stay usable after it.
+//! A panic of the inner backend inside a graph reaches the user with eager Burn's message (and
+//! the graph and launch it came from), at the next read of the thread that recorded the graph
+//! (graphs run on the device's execution thread). The device and its other tensors stay usable after it.
 
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_compile::Compiled;
@@ -38,7 +38,16 @@ fn an_inner_backend_panic_is_raised_at_the_read_with_eagers_message() {
     burn_compile::mark_step(); // the graph goes to the execution thread and fails there
     let compiled = catch_unwind(AssertUnwindSafe(|| pending.into_data()));
     let compiled = message(compiled.expect_err("the read raises the graph's panic"));
-    assert_eq!(compiled, eager);
+    // Eager Burn's message first (raised with `panic!`, so the panic hook prints it on this
+    // thread), then the graph and the launch it came from.
+    let (first, rest) = compiled.split_once('\n').unwrap_or((&compiled, ""));
+    assert_eq!(first, eager);
+    assert!(
+        rest.starts_with("(burn-compile: raised by graph ")
+            && rest.contains(", launch ")
+            && rest.contains("Select"),
+        "{compiled}"
+    );
 
     // The device goes on: the tensor made before the failure is intact, new work runs.
     let expected: Vec<f32> = [1.0f32, 2.0, 3.0].iter().map(|v| v.exp()).collect();

@@ -100,13 +100,7 @@ impl CuBlasLt {
         std::panic::catch_unwind(|| unsafe {
             sys::culib();
         })
-        .map_err(|payload| {
-            payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "libcublasLt could not be loaded".into())
-        })?;
+        .map_err(|payload| crate::panic_message(&*payload))?;
         Ok(Self {
             state: Mutex::new(State::default()),
         })

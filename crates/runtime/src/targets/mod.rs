@@ -531,15 +531,6 @@ mod cube {
         )
     }
 
-    /// The message of a panic payload.
-    fn panic_message(payload: Box<dyn std::any::Any + Send>, what: &str) -> String {
-        payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| format!("{what} panicked"))
-    }
-
     /// The target of `CubeTensor<R>`, as a target of `T` when `T` is that type.
     #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
     pub fn target<T: 'static, R: CubeRuntime>(
@@ -725,7 +716,7 @@ mod cube {
             });
             launched
                 .map(|_| Some(outputs))
-                .map_err(|payload| panic_message(payload, "the kernel launch"))
+                .map_err(|payload| crate::panic_message(&*payload))
         }
 
         pub(super) fn reshape_copy(
@@ -793,7 +784,7 @@ mod cube {
                         strategy,
                     )
                 }))
-                .map_err(|payload| panic_message(payload, "the attention kernel"))
+                .map_err(|payload| crate::panic_message(&*payload))
             };
             let remember = |chosen: Option<usize>| {
                 self.attention
