@@ -101,11 +101,42 @@ const OWN_FILES: &[&str] = &[
     "src/plan_cache.rs",
 ];
 
-/// The first frame of the current backtrace outside Burn, CubeCL, the standard library and this
-/// crate, as `function at file:line`. Needs debug line tables in the user's crate (the default
-/// for `dev` and `test` builds; `debug = "line-tables-only"` in release).
+/// The first frame of the current backtrace outside Burn, CubeCL, the standard library, the C
+/// library and this crate: `function at file:line` where the user's crate has line tables (the
+/// default for `dev` and `test` builds), else the function alone and how to get its line (a
+/// release build without debug info: `debug = "line-tables-only"` in the release profile).
 pub fn user_location() -> Option<String> {
-    let trace = std::backtrace::Backtrace::force_capture().to_string();
+    user_frame(&std::backtrace::Backtrace::force_capture().to_string())
+}
+
+/// What a release build without line tables says in place of `file:line`.
+const NO_LINE: &str =
+    "(no line: add `debug = \"line-tables-only\"` to the release profile for file:line)";
+
+/// Crates (and C runtime symbols) whose frames are never the user's code, by symbol: frames
+/// without line tables have no file to tell them by.
+const LIBRARY_SYMBOLS: &[&str] = &[
+    "std::",
+    "core::",
+    "alloc::",
+    "burn",
+    "cubecl",
+    "cubek",
+    "serde",
+    "rayon",
+    "tracing",
+    "__rust",
+    "rust_",
+    "__libc",
+    "__GI_",
+    "_start",
+    "start_thread",
+    "clone",
+    "main",
+];
+
+/// [`user_location`] of a backtrace's text (as `std::backtrace::Backtrace` prints it).
+fn user_frame(trace: &str) -> Option<String> {
     let mut frames = Vec::new();
     let mut lines = trace.lines().peekable();
     while let Some(line) = lines.next() {
@@ -123,20 +154,128 @@ pub fn user_location() -> Option<String> {
         };
         frames.push((symbol.to_string(), at));
     }
-    let own = |at: &Option<String>| {
-        at.as_deref()
-            .map(|p| p.rsplitn(3, ':').last().unwrap_or(p))
-            .is_some_and(|p| OWN_FILES.iter().any(|f| p.ends_with(f)))
-    };
-    let library = |at: &Option<String>| match at.as_deref() {
-        None => true,
+    // `<T as Trait>::f` is T's crate; a closure or generic instance, its function's.
+    let crate_of = |symbol: &str| symbol.trim_start_matches('<').to_string();
+    let own = |symbol: &str, at: &Option<String>| match at.as_deref() {
         Some(p) => {
-            p.contains("/.cargo/registry/") || p.contains("/rustc/") || p.contains("/.cargo/git/")
+            let path = p.rsplitn(3, ':').last().unwrap_or(p);
+            OWN_FILES.iter().any(|f| path.ends_with(f))
+        }
+        None => crate_of(symbol).starts_with("burn_compile"),
+    };
+    let library = |symbol: &str, at: &Option<String>| match at.as_deref() {
+        Some(p) => {
+            p.contains("/.cargo/registry/")
+                || p.contains("/rustc/")
+                || p.contains("/.cargo/git/")
+                // glibc's own sources (`./csu/…`, `sysdeps/…`, `nptl/…`).
+                || p.starts_with("./csu/")
+                || p.contains("/sysdeps/")
+                || p.contains("/nptl/")
+        }
+        None => {
+            let name = crate_of(symbol);
+            name.is_empty()
+                || name.starts_with("{closure")
+                || name == "<unknown>"
+                || LIBRARY_SYMBOLS
+                    .iter()
+                    .any(|l| name.starts_with(l) && (l.ends_with("::") || is_crate_or_c(&name, l)))
         }
     };
     frames
         .into_iter()
-        .skip_while(|(_, at)| own(at))
-        .find(|(_, at)| !library(at) && !own(at))
-        .map(|(symbol, at)| format!("{symbol} at {}", at.unwrap_or_default()))
+        .find(|(symbol, at)| !library(symbol, at) && !own(symbol, at))
+        .map(|(symbol, at)| match at {
+            Some(at) => format!("{symbol} at {at}"),
+            None => format!("{symbol} {NO_LINE}"),
+        })
+}
+
+/// Whether `name` starts with the crate or C symbol `prefix` as a whole word: `burn_tensor::…`
+/// and `burn::…` for `burn`, `main` alone for `main` (not `main_loop::…`, a user's crate).
+fn is_crate_or_c(name: &str, prefix: &str) -> bool {
+    let rest = &name[prefix.len()..];
+    match prefix {
+        // C runtime entry points and Rust's own: the whole symbol, or a prefix of C names.
+        "main" | "clone" | "start_thread" => rest.is_empty(),
+        "__rust" | "rust_" | "__libc" | "__GI_" | "_start" => true,
+        // Crates: `burn`, `burn_tensor`, `cubecl_cuda`…
+        _ => {
+            rest.is_empty()
+                || rest.starts_with("::")
+                || rest.starts_with('_')
+                || rest.starts_with('-')
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{NO_LINE, user_frame};
+
+    /// A release build without line tables (Cargo's default release profile): the first user
+    /// function by its symbol, and how to get its line; never glibc's frame (a regression: the
+    /// break was located at `__libc_start_call_main at ./csu/…`).
+    #[test]
+    fn without_line_tables_the_user_function_is_named_by_symbol() {
+        let trace = "   0: std::backtrace::Backtrace::create
+   1: burn_compile::capture::breaks::user_location
+   2: burn_compile::capture::client::CompileClient<B>::close_current
+   3: <burn_router::tensor::RouterTensor<C> as burn_backend::tensor::TensorMetadata>::shape
+   4: burn_tensor::tensor::api::base::Tensor<B,_,K>::into_data
+   5: <alloc::boxed::Box<F,A> as core::ops::function::FnOnce<Args>>::call_once
+   6: main_loop::train_step
+   7: main_loop::main
+   8: std::rt::lang_start::{{closure}}
+   9: main
+  10: __libc_start_call_main
+             at ./csu/../sysdeps/nptl/libc_start_call_main.h:58:16
+  11: __libc_start_main_impl
+             at ./csu/../csu/libc-start.c:360:3
+  12: _start
+";
+        assert_eq!(
+            user_frame(trace),
+            Some(format!("main_loop::train_step {NO_LINE}"))
+        );
+    }
+
+    /// With line tables (dev and test builds): `function at file:line`, this crate's frames
+    /// skipped by path.
+    #[test]
+    fn with_line_tables_the_user_frame_has_its_file_and_line() {
+        let trace = "   0: std::backtrace::Backtrace::create
+             at /rustc/0123/library/std/src/backtrace.rs:331:13
+   1: user_location
+             at ./src/capture/breaks.rs:108:5
+   2: close_current<burn_flex::backend::Flex>
+             at ./src/capture/client.rs:349:21
+   3: into_data<burn_flex::backend::Flex, 2, burn_tensor::tensor::kind::Float>
+             at /root/.cargo/registry/src/index.crates.io-0123/burn-tensor-0.21.0/src/tensor/api/base.rs:1200:9
+   4: {closure#0}
+             at ./tests/integration/capture.rs:58:41
+   5: main
+             at ./src/main.rs:3:5
+";
+        assert_eq!(
+            user_frame(trace).as_deref(),
+            Some("{closure#0} at ./tests/integration/capture.rs:58:41")
+        );
+    }
+
+    /// A backtrace of library and C runtime frames only names nothing.
+    #[test]
+    fn library_and_c_runtime_frames_are_never_named() {
+        let trace = "   0: std::backtrace::Backtrace::create
+   1: burn_tensor::tensor::api::base::Tensor<B,_,K>::into_data
+   2: cubecl_runtime::client::ComputeClient<R>::read
+   3: {closure#0}
+   4: main
+   5: __libc_start_call_main
+             at ./csu/../sysdeps/nptl/libc_start_call_main.h:58:16
+   6: _start
+";
+        assert_eq!(user_frame(trace), None);
+    }
 }
