@@ -5,7 +5,7 @@
 //! `burn_compile::graphs`, `burn_compile::output_code`. [`crate::init_logs`] turns them on from
 //! `BURN_COMPILE_LOGS`.
 
-use crate::capture::GraphBreak;
+use crate::capture::{BreakReason, GraphBreak};
 use burn_compile_graph::GraphKey;
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
@@ -174,7 +174,7 @@ pub(crate) struct Counters {
     pub compile_fallbacks: AtomicU64,
     pub accuracy_checks: AtomicU64,
     pub accuracy_failures: AtomicU64,
-    pub breaks: [AtomicU64; 9],
+    pub breaks: [AtomicU64; BreakReason::ALL.len()],
 }
 
 pub(crate) static COUNTERS: Counters = Counters {
@@ -192,7 +192,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     compile_fallbacks: AtomicU64::new(0),
     accuracy_checks: AtomicU64::new(0),
     accuracy_failures: AtomicU64::new(0),
-    breaks: [const { AtomicU64::new(0) }; 9],
+    breaks: [const { AtomicU64::new(0) }; BreakReason::ALL.len()],
 };
 
 /// Reports a closed graph to everyone listening. `owner`: the thread whose stream the graph

@@ -169,7 +169,7 @@ impl fmt::Display for Explanation {
     }
 }
 
-fn close_all(reason: BreakReason, region_end: bool) {
+pub(crate) fn close_all(reason: BreakReason, region_end: bool) {
     registry::for_each(|c| c.close_current(reason, None, region_end));
 }
 

@@ -46,7 +46,7 @@ pub use disk_cache::{cache_usage, export_cache, import_cache};
 pub use explain::{Explanation, FullGraphError, explain, fullgraph, mark_step, take_error};
 pub use logs::{TOPICS as LOG_TOPICS, init_logs};
 pub use metrics::{Metrics, metrics};
-pub use stance::{Stance, set_stance, stance};
+pub use stance::{Stance, eager, set_stance, stance};
 
 pub use burn_compile_graph::GraphKey;
 

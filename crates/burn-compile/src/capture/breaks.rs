@@ -23,6 +23,8 @@ pub enum BreakReason {
     MarkStep,
     /// Another thread used a tensor still pending in this thread's graph.
     CrossThread,
+    /// The thread entered an [`crate::eager`] region: its ops run eagerly until it ends.
+    EagerRegion,
 }
 
 impl BreakReason {
@@ -38,11 +40,12 @@ impl BreakReason {
             BreakReason::SizeLimit => "size_limit",
             BreakReason::MarkStep => "mark_step",
             BreakReason::CrossThread => "cross_thread",
+            BreakReason::EagerRegion => "eager_region",
         }
     }
 
     /// Every reason, in declaration order.
-    pub const ALL: [BreakReason; 9] = [
+    pub const ALL: [BreakReason; 10] = [
         BreakReason::HostRead,
         BreakReason::Sync,
         BreakReason::Seed,
@@ -52,6 +55,7 @@ impl BreakReason {
         BreakReason::SizeLimit,
         BreakReason::MarkStep,
         BreakReason::CrossThread,
+        BreakReason::EagerRegion,
     ];
 }
 
@@ -98,6 +102,7 @@ const OWN_FILES: &[&str] = &[
     "src/capture/client.rs",
     "src/explain.rs",
     "src/registry.rs",
+    "src/stance.rs",
     "src/plan_cache.rs",
 ];
 

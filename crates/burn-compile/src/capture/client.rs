@@ -13,7 +13,7 @@ use crate::config::{CompileConfig, config_for};
 use crate::diagnostics;
 use crate::dims::Dim;
 use crate::plan_cache::{PlanCache, plan_on};
-use crate::stance::{Stance, stance};
+use crate::stance::{Stance, in_eager_region, stance};
 use burn_backend::{DType, ExecutionError, Shape, TensorData};
 use burn_compile_graph::Segment;
 use burn_compile_runtime::{Executor, InnerDevice, execute_one};
@@ -240,7 +240,7 @@ impl<B: BackendIr> Shared<B> {
         diagnostics::COUNTERS
             .ops_recorded
             .fetch_add(1, Ordering::Relaxed);
-        if !state.config.enabled || stance() == Stance::Eager {
+        if !state.config.enabled || stance() == Stance::Eager || in_eager_region() {
             let thread = current_thread();
             if state
                 .streams

@@ -24,6 +24,7 @@ mod cpu_kernels;
 mod differential;
 mod disk_cache;
 mod eager_closes_all;
+mod eager_region;
 mod execution;
 mod inner_panic;
 mod loop_settles;
