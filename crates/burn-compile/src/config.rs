@@ -91,9 +91,9 @@ pub struct CompileConfig {
     /// runner), so that the plan's allocations, kernel launches and library calls run there
     /// directly instead of each being handed over the runner's queue, one task per call
     /// (`BURN_COMPILE_DEVICE_THREAD`). Only CubeCL inner backends have such a thread; others
-    /// replay where they always do. Off by default: measured on the H200 (W1 inference), the
-    /// queue hand-off is cheap and the overlap of the replay's own work with the runtime's is
-    /// worth more (bf16 1.29 ms queued, 1.59–1.90 ms on the device thread). On, the replay
+    /// replay where they always do. Off by default: on the H200 the queue hand-off is cheap and
+    /// the overlap of the replay's own work with the runtime's is worth more (figures in
+    /// BENCHMARKS.md, "where the replay's host time goes"). On, the replay
     /// profile (`BURN_COMPILE_PROFILE_REPLAY`) times each step's whole host cost.
     pub replay_on_device_thread: bool,
     /// The C compiler of the CPU path's kernels (`BURN_COMPILE_CC`; default `$CC`, else `cc`).

@@ -32,7 +32,8 @@ use burn_backend::DType;
 use burn_compile_schedule::{BinaryOp, Constant, Instr, PointwiseKernel, ReduceOp, UnaryOp};
 use std::fmt::Write;
 
-/// Kernels of at least this many elements run their rows on all threads (OpenMP); smaller ones
+/// Kernels of at least this many elements run their rows on all threads (rayon's pool, the
+/// one Flex's own ops use); smaller ones
 /// run on the caller's thread, where waking the pool costs more than the work.
 pub const PARALLEL_ELEMENTS: usize = 1 << 15;
 

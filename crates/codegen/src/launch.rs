@@ -101,6 +101,8 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
         let x = cubes.clamp(1, 65535);
         let cube_count = CubeCount::Static(x as u32, cubes.div_ceil(x) as u32, 1);
         let reduction = Reduction::for_device(client.properties(), rows);
+        // SAFETY: this function's contract (the buffers hold what the kernel reads and writes
+        // over `layout`); the grid covers the launch's rows and no more cubes than that.
         unsafe {
             row::launch_unchecked::<E, R>(
                 client,
@@ -122,6 +124,8 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
     // The real layout's units, also for a symbolic kernel (its own layout holds no sizes).
     let cubes = (layout.len() / vector).div_ceil(POINTWISE_CUBE as usize) as u32;
     let cube_count = CubeCount::Static(cubes.max(1), 1, 1);
+    // SAFETY: this function's contract, as for the row kernel above; units past the layout's
+    // end return before touching a buffer (the kernel's own bound check).
     unsafe {
         pointwise::launch_unchecked::<E, R>(
             client,

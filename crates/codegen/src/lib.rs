@@ -14,9 +14,11 @@ pub use row::Reduction;
 
 /// What a launch compiles into a kernel besides its program: the iteration shape, each
 /// input's element strides and the vector width. All are compile-time constants of the
-/// generated code, so a kernel reads no shape or stride at run time: its arguments are plain
-/// buffers, and a launch uploads no metadata (CubeCL copies a tensor argument's shape and
-/// strides to the device at every launch). Each distinct layout is a kernel of its own,
+/// generated code, so a kernel specialized on every size reads no shape or stride at run time:
+/// its arguments are plain buffers, and a launch uploads no metadata (CubeCL copies a tensor
+/// argument's shape and strides to the device at every launch). A symbolic kernel
+/// ([`LaunchLayout::symbolic`]) reads the sizes of its symbolic dimensions (and the strides
+/// they scale) from a few launch values instead. Each distinct layout is a kernel of its own,
 /// compiled once.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LaunchLayout {

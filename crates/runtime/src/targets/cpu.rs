@@ -258,6 +258,7 @@ impl Call {
     /// `built` was generated for this kernel over the shapes and input strides of this call's
     /// buffers; the outputs have room for every element it writes; the tasks are in range.
     unsafe fn run(&self, built: &Built, begin: usize, end: usize) {
+        // SAFETY: this function's contract; the pointer arrays live in `self`.
         unsafe {
             (built.function)(
                 self.inputs.as_ptr(),
@@ -300,6 +301,8 @@ impl Output {
     /// All `len` elements were written.
     unsafe fn into_tensor<T: HostTensor>(self, shape: Shape, dtype: DType) -> T {
         let len = shape.num_elements();
+        // SAFETY (each `set_len`): the vector was made with capacity `len` (`Output::new`)
+        // and the kernel wrote all `len` elements (this function's contract).
         let bytes = match self {
             Output::F32(mut v) => {
                 unsafe { v.set_len(len) };

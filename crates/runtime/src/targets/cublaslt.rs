@@ -97,6 +97,7 @@ impl CuBlasLt {
     /// cuBLASLt, if its library can be loaded on this machine.
     pub fn load() -> Result<Self, String> {
         // `culib` panics with the names it tried when the library is missing.
+        // SAFETY: loads the shared library once (cudarc's lazy loader); nothing is called yet.
         std::panic::catch_unwind(|| unsafe {
             sys::culib();
         })
