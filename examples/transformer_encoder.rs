@@ -343,7 +343,8 @@ fn max_abs_diff(a: &TensorData, b: &TensorData) -> f32 {
 }
 
 fn main() -> ExitCode {
-    // BURN_COMPILE_LOGS=graph_breaks,recompiles,graphs,output_code (see the README).
+    // BURN_COMPILE_LOGS=graph_breaks,recompiles,graphs,output_code (docs/guide.md, "Metrics and
+    // tracing").
     burn_compile::init_logs();
     let sizes = match Sizes::parse(std::env::args().skip(1)) {
         Ok(s) => s,
