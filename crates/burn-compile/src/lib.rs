@@ -45,7 +45,7 @@ pub use dims::{Dim, DimError, MarkDynamic, mark_dynamic};
 pub use disk_cache::{cache_usage, export_cache, import_cache};
 pub use explain::{Explanation, FullGraphError, explain, fullgraph, mark_step, take_error};
 pub use logs::{TOPICS as LOG_TOPICS, init_logs};
-pub use metrics::{Metrics, metrics};
+pub use metrics::{Metrics, cached_plans, metrics};
 pub use stance::{Stance, eager, set_stance, stance};
 
 pub use burn_compile_graph::GraphKey;

@@ -113,6 +113,14 @@ impl Metrics {
     }
 }
 
+/// Plans held by the plan caches of every `Compiled<B>` device of the process: what a long run
+/// keeps (flat once its graphs have all been seen).
+pub fn cached_plans() -> usize {
+    let mut plans = 0;
+    crate::registry::for_each(|client| plans += client.cached_plans());
+    plans
+}
+
 /// Reads the counters.
 pub fn metrics() -> Metrics {
     let c = &COUNTERS;

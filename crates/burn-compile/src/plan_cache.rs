@@ -520,10 +520,14 @@ impl PlanCache {
         Found::Compiled(plan, recompile)
     }
 
-    /// Number of plans held.
-    #[allow(dead_code)]
+    /// Plans held: by exact key, and the eager plans of families past their recompile limit.
     pub fn len(&self) -> usize {
         self.plans.len()
+            + self
+                .families
+                .values()
+                .filter(|family| family.eager.is_some())
+                .count()
     }
 }
 

@@ -60,8 +60,14 @@ struct Progress {
     spent: Vec<Vec<OperationIr>>,
 }
 
+/// Graphs queued to the worker at most: enough for recording to run ahead of execution (a
+/// training step is one to a few graphs), bounded so that the queued ops cannot grow without
+/// limit between two reads (`examples/soak.rs` found the growth; BENCHMARKS.md, "Soak").
+pub const MAX_QUEUED: usize = 16;
+
 struct Shared {
     progress: Mutex<Progress>,
+    /// Signalled when the queue empties, and when it has room again.
     idle: Condvar,
 }
 
@@ -149,7 +155,19 @@ impl<B: BackendIr> Executor<B> {
             lock(&self.shared.progress).spent.push(spent);
             return;
         }
-        lock(&self.shared.progress).pending += 1;
+        {
+            // Back-pressure: a program that records faster than its graphs run (a CPU training
+            // loop that never reads) waits here, instead of queueing every step's ops.
+            let mut progress = lock(&self.shared.progress);
+            while progress.pending >= MAX_QUEUED {
+                progress = self
+                    .shared
+                    .idle
+                    .wait(progress)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            progress.pending += 1;
+        }
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let sender = queue.get_or_insert_with(|| self.start_worker());
         // The worker catches every panic of a graph, so it lives as long as its queue.
@@ -204,7 +222,7 @@ impl<B: BackendIr> Executor<B> {
                         }
                     }
                     progress.pending -= 1;
-                    if progress.pending == 0 {
+                    if progress.pending == 0 || progress.pending + 1 == MAX_QUEUED {
                         shared.idle.notify_all();
                     }
                 }

@@ -569,6 +569,8 @@ pub(crate) trait AnyClient: Send + Sync {
     /// Waits until every closed graph of the device has run (a panic of one the calling
     /// thread recorded is raised here, as at a sync).
     fn wait_idle(&self);
+    /// Plans the device's cache holds.
+    fn cached_plans(&self) -> usize;
 }
 
 impl<B: BackendIr> AnyClient for Shared<B> {
@@ -597,6 +599,10 @@ impl<B: BackendIr> AnyClient for Shared<B> {
 
     fn wait_idle(&self) {
         self.executor.wait();
+    }
+
+    fn cached_plans(&self) -> usize {
+        lock(&self.state).cache.len()
     }
 }
 

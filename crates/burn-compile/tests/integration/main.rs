@@ -30,6 +30,7 @@ mod inner_panic;
 mod loop_settles;
 mod recompile_limit;
 mod shapes;
+mod soak;
 mod stance;
 mod sync_execution;
 
