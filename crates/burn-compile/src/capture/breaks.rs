@@ -118,27 +118,31 @@ pub fn user_location() -> Option<String> {
 const NO_LINE: &str =
     "(no line: add `debug = \"line-tables-only\"` to the release profile for file:line)";
 
-/// Crates (and C runtime symbols) whose frames are never the user's code, by symbol: frames
-/// without line tables have no file to tell them by.
-const LIBRARY_SYMBOLS: &[&str] = &[
-    "std::",
-    "core::",
-    "alloc::",
-    "burn",
-    "cubecl",
-    "cubek",
-    "serde",
-    "rayon",
-    "tracing",
-    "__rust",
-    "rust_",
-    "__libc",
-    "__GI_",
-    "_start",
-    "start_thread",
-    "clone",
-    "main",
+/// Crates whose frames are never the user's code, by name (`burn` also covers `burn_tensor`,
+/// `burn_compile`…; `cubecl` covers `cubecl_cuda`…).
+const LIBRARY_CRATES: &[&str] = &[
+    "std", "core", "alloc", "burn", "cubecl", "cubek", "serde", "rayon", "tracing",
 ];
+
+/// C runtime and Rust start-up symbols: whole names, then name prefixes.
+const C_RUNTIME: &[&str] = &["main", "clone", "start_thread", "_start"];
+const C_RUNTIME_PREFIXES: &[&str] = &["__libc", "__GI_", "__rust", "rust_"];
+
+/// Whether a frame known only by its symbol (no line tables) is library code: a crate above, the
+/// C runtime, or a frame with no usable name. `<T as Trait>::f` is `T`'s crate.
+fn library_symbol(symbol: &str) -> bool {
+    let name = symbol.trim_start_matches('<');
+    let krate = name.split("::").next().unwrap_or(name);
+    name.is_empty()
+        || name.starts_with("{closure")
+        || name.starts_with("unknown>")
+        || C_RUNTIME.contains(&name)
+        || C_RUNTIME_PREFIXES.iter().any(|p| name.starts_with(p))
+        || (name.contains("::")
+            && LIBRARY_CRATES
+                .iter()
+                .any(|c| krate == *c || krate.strip_prefix(c).is_some_and(|r| r.starts_with('_'))))
+}
 
 /// [`user_location`] of a backtrace's text (as `std::backtrace::Backtrace` prints it).
 fn user_frame(trace: &str) -> Option<String> {
@@ -159,14 +163,12 @@ fn user_frame(trace: &str) -> Option<String> {
         };
         frames.push((symbol.to_string(), at));
     }
-    // `<T as Trait>::f` is T's crate; a closure or generic instance, its function's.
-    let crate_of = |symbol: &str| symbol.trim_start_matches('<').to_string();
-    let own = |symbol: &str, at: &Option<String>| match at.as_deref() {
-        Some(p) => {
+    // Without line tables this crate's frames are `burn_compile::…`: library by name.
+    let own = |at: &Option<String>| {
+        at.as_deref().is_some_and(|p| {
             let path = p.rsplitn(3, ':').last().unwrap_or(p);
             OWN_FILES.iter().any(|f| path.ends_with(f))
-        }
-        None => crate_of(symbol).starts_with("burn_compile"),
+        })
     };
     let library = |symbol: &str, at: &Option<String>| match at.as_deref() {
         Some(p) => {
@@ -178,41 +180,15 @@ fn user_frame(trace: &str) -> Option<String> {
                 || p.contains("/sysdeps/")
                 || p.contains("/nptl/")
         }
-        None => {
-            let name = crate_of(symbol);
-            name.is_empty()
-                || name.starts_with("{closure")
-                || name == "<unknown>"
-                || LIBRARY_SYMBOLS
-                    .iter()
-                    .any(|l| name.starts_with(l) && (l.ends_with("::") || is_crate_or_c(&name, l)))
-        }
+        None => library_symbol(symbol),
     };
     frames
         .into_iter()
-        .find(|(symbol, at)| !library(symbol, at) && !own(symbol, at))
+        .find(|(symbol, at)| !library(symbol, at) && !own(at))
         .map(|(symbol, at)| match at {
             Some(at) => format!("{symbol} at {at}"),
             None => format!("{symbol} {NO_LINE}"),
         })
-}
-
-/// Whether `name` starts with the crate or C symbol `prefix` as a whole word: `burn_tensor::…`
-/// and `burn::…` for `burn`, `main` alone for `main` (not `main_loop::…`, a user's crate).
-fn is_crate_or_c(name: &str, prefix: &str) -> bool {
-    let rest = &name[prefix.len()..];
-    match prefix {
-        // C runtime entry points and Rust's own: the whole symbol, or a prefix of C names.
-        "main" | "clone" | "start_thread" => rest.is_empty(),
-        "__rust" | "rust_" | "__libc" | "__GI_" | "_start" => true,
-        // Crates: `burn`, `burn_tensor`, `cubecl_cuda`…
-        _ => {
-            rest.is_empty()
-                || rest.starts_with("::")
-                || rest.starts_with('_')
-                || rest.starts_with('-')
-        }
-    }
 }
 
 #[cfg(test)]
