@@ -165,7 +165,9 @@ impl Figure {
             // The compiled system's variant (e.g. `inner-matmul` when run with
             // `BURN_COMPILE_LIBRARY_MATMUL=0`); the others have one mode.
             if self.system == "burn-compile" {
-                std::env::var("BENCH_MODE").unwrap_or_else(|_| "default".into())
+                std::env::var("BENCH_MODE")
+                    .or_else(|_| std::env::var("BURN_COMPILE_MODE"))
+                    .unwrap_or_else(|_| "default".into())
             } else {
                 "default".into()
             },
@@ -309,6 +311,13 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
         loss
     });
     print_replay_profile(system, dtype, "train", s.iters);
+    if system == "burn-compile" {
+        let m = burn_compile::metrics();
+        eprintln!(
+            "{system} {dtype}: CUDA graphs recorded {}, replays that launched one {},              replays launch by launch where one was wanted {}",
+            m.graph_recordings, m.graph_launches, m.recording_fallbacks
+        );
+    }
     let train = Figure {
         workload: s.workload,
         dtype: dtype.into(),

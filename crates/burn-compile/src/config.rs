@@ -68,6 +68,9 @@ pub struct CompileConfig {
     /// the operand copies that library matmuls, attention and copying reshapes need keep their
     /// vectors (they are made where no config is at hand, and are plain copies).
     pub vectorize: bool,
+    /// How a plan's replay reaches the device (`BURN_COMPILE_MODE`: `default` or
+    /// `reduce-overhead`). See [`Mode`].
+    pub mode: Mode,
     /// Time each attention problem's kernel against its parts on its first replays (synced
     /// runs, like Burn's autotune) and keep the faster; `false`: the kernel always
     /// (`BURN_COMPILE_ATTENTION_AUTOTUNE`). The decision is logged (`output_code`).
@@ -167,6 +170,21 @@ pub enum DynamicShapes {
     Never,
 }
 
+/// How replays reach the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Each replay walks its plan's executable, one launch after another.
+    #[default]
+    Default,
+    /// On CUDA, a plan's replay is recorded once as a CUDA graph after two warm-up replays, and
+    /// later replays launch it: the inputs copied into the recording's buffers, one graph
+    /// launch, the outputs copied out. A changed scalar re-records (logged under
+    /// `burn_compile::recordings`, counted in `metrics()`); past 8 recordings a plan replays
+    /// launch by launch. Elsewhere (wgpu, the CPU) the same as `Default`.
+    ReduceOverhead,
+}
+
 impl Default for CompileConfig {
     fn default() -> Self {
         Self {
@@ -183,6 +201,7 @@ impl Default for CompileConfig {
             attention_f32: false,
             memory_planning: true,
             vectorize: true,
+            mode: Mode::Default,
             attention_autotune: true,
             strict: false,
             inject_kernel_failure: false,
@@ -322,6 +341,19 @@ impl CompileConfig {
         if let Some((k, v)) = get("BURN_COMPILE_VECTORIZE") {
             self.vectorize = parse_bool(&k, &v)?;
         }
+        if let Some((k, v)) = get("BURN_COMPILE_MODE") {
+            self.mode = match v.trim().to_ascii_lowercase().as_str() {
+                "default" => Mode::Default,
+                "reduce-overhead" | "reduce_overhead" => Mode::ReduceOverhead,
+                _ => {
+                    return Err(ConfigError {
+                        variable: k,
+                        value: v,
+                        expected: "default or reduce-overhead",
+                    });
+                }
+            };
+        }
         if let Some((k, v)) = get("BURN_COMPILE_ATTENTION_AUTOTUNE") {
             self.attention_autotune = parse_bool(&k, &v)?;
         }
@@ -389,6 +421,7 @@ impl CompileConfig {
             attention_autotune: self.attention_autotune,
             replay_on_device_thread: self.replay_on_device_thread,
             vectorize: self.vectorize,
+            reduce_overhead: self.mode == Mode::ReduceOverhead,
             c_compiler: self.c_compiler.clone(),
             c_flags: self.c_flags.clone(),
             cache_dir: self.kernel_cache_dir(),
@@ -508,6 +541,7 @@ mod tests {
                 ("BURN_COMPILE_CSE", "false"),
                 ("BURN_COMPILE_DEVICE_THREAD", "1"),
                 ("BURN_COMPILE_VECTORIZE", "no"),
+                ("BURN_COMPILE_MODE", "reduce-overhead"),
                 ("BURN_COMPILE_CC", " clang "),
                 ("BURN_COMPILE_CFLAGS", "-O2"),
                 ("BURN_COMPILE_CACHE_DIR", "/tmp/kernels"),
@@ -522,6 +556,9 @@ mod tests {
         );
         assert!(!config.vectorize);
         assert!(CompileConfig::default().vectorize);
+        assert_eq!(config.mode, Mode::ReduceOverhead);
+        assert_eq!(CompileConfig::default().mode, Mode::Default);
+        assert!(config.runtime().reduce_overhead);
         assert!(!config.fusion);
         assert!(!config.common_subexpressions);
         assert_eq!(config.max_graph_ops, 64);

@@ -1,7 +1,7 @@
 //! Log topics, like TORCH_LOGS: `BURN_COMPILE_LOGS=graph_breaks,recompiles` (or `all`).
 
 /// The topics and the `tracing` targets they map to.
-pub const TOPICS: [(&str, &str); 6] = [
+pub const TOPICS: [(&str, &str); 7] = [
     ("graph_breaks", "burn_compile::graph_breaks"),
     ("recompiles", "burn_compile::recompiles"),
     ("graphs", "burn_compile::graphs"),
@@ -10,6 +10,8 @@ pub const TOPICS: [(&str, &str); 6] = [
     ("cache", "burn_compile::cache"),
     // The accuracy check's findings (errors) and what it could not check.
     ("accuracy", "burn_compile::accuracy"),
+    // Reduce-overhead mode: each CUDA graph recorded, each re-record and fallback, with why.
+    ("recordings", "burn_compile::recordings"),
 ];
 
 /// The `tracing` filter directives for a `BURN_COMPILE_LOGS` value. Unknown topics are an error

@@ -61,6 +61,13 @@ pub struct Metrics {
     pub accuracy_checks: u64,
     /// Of those, graphs whose outputs diverged beyond the dtype's tolerance.
     pub accuracy_failures: u64,
+    /// Reduce-overhead mode (`CompileConfig::mode`): CUDA graphs recorded, replays that
+    /// launched one, and replays that ran launch by launch where a recording was wanted (a
+    /// failed capture, a plan that cannot be recorded or is past its recording limit; each
+    /// logged under `burn_compile::recordings` with its reason).
+    pub graph_recordings: u64,
+    pub graph_launches: u64,
+    pub recording_fallbacks: u64,
     /// Breaks per reason, in [`BreakReason::ALL`] order.
     pub breaks: Vec<(BreakReason, u64)>,
 }
@@ -104,6 +111,9 @@ impl Metrics {
             disk_cache_writes: self.disk_cache_writes - earlier.disk_cache_writes,
             accuracy_checks: self.accuracy_checks - earlier.accuracy_checks,
             accuracy_failures: self.accuracy_failures - earlier.accuracy_failures,
+            graph_recordings: self.graph_recordings - earlier.graph_recordings,
+            graph_launches: self.graph_launches - earlier.graph_launches,
+            recording_fallbacks: self.recording_fallbacks - earlier.recording_fallbacks,
             breaks: self
                 .breaks
                 .iter()
@@ -150,6 +160,9 @@ pub fn metrics() -> Metrics {
         disk_cache_writes: r.disk_cache_writes.load(Relaxed),
         accuracy_checks: c.accuracy_checks.load(Relaxed),
         accuracy_failures: c.accuracy_failures.load(Relaxed),
+        graph_recordings: r.recordings.load(Relaxed),
+        graph_launches: r.graph_launches.load(Relaxed),
+        recording_fallbacks: r.recording_fallbacks.load(Relaxed),
         breaks: BreakReason::ALL
             .iter()
             .zip(c.breaks.iter())

@@ -1238,3 +1238,191 @@ fn gpu_vectorized_kernels_match_eager_over_aligned_and_misaligned_views() {
         CompileConfig::default(),
     );
 }
+
+/// Reduce-overhead mode (`CompileConfig::mode`): plans recorded as CUDA graphs after two
+/// warm-up replays, launched with their inputs copied in, their kernel scalars written per
+/// launch and their outputs copied out. Every value is compared with eager CUDA.
+#[cfg(feature = "cuda")]
+mod reduce_overhead {
+    use super::*;
+    use burn::module::{Module, Param};
+    use burn::nn::Linear;
+    use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+    use burn::tensor::ElementConversion;
+    use burn::tensor::backend::AutodiffBackend;
+    use burn_compile::Mode;
+
+    fn reduce_overhead_on() -> MutexGuard<'static, ()> {
+        // Recordings and fallbacks with their reasons, shown with a failing test's output.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("burn_compile::recordings=info")
+            .with_test_writer()
+            .try_init();
+        let guard = default_config_lock();
+        let config = CompileConfig {
+            mode: Mode::ReduceOverhead,
+            ..Default::default()
+        };
+        configure(&burn::tensor::Device::<Eager>::default(), config);
+        guard
+    }
+
+    fn default_again() {
+        configure(
+            &burn::tensor::Device::<Eager>::default(),
+            CompileConfig::default(),
+        );
+    }
+
+    /// A scalar that changes every call is written into the recorded kernel, not frozen and not
+    /// re-recorded: each call matches eager with its own scalar, and one recording serves them.
+    #[test]
+    fn gpu_reduce_overhead_a_scalar_changed_every_call_matches_eager_from_one_recording() {
+        let _config = reduce_overhead_on();
+        let device: burn::tensor::Device<Eager> = Default::default();
+        let (x, b) = (data([16, 16], 61), data([1, 16], 62));
+        let before = burn_compile::metrics();
+        for call in 0..10 {
+            let s = 0.5 + 0.125 * call as f32;
+            let on_c = |d: &TensorData| Tensor::<C, 2>::from_data(d.clone(), &device);
+            let on_e = |d: &TensorData| Tensor::<Eager, 2>::from_data(d.clone(), &device);
+            let got = chain(on_c(&x), on_c(&b), s).into_data();
+            let want = chain(on_e(&x), on_e(&b), s).into_data();
+            got.assert_approx_eq::<f32>(&want, tol());
+        }
+        let m = burn_compile::metrics().since(&before);
+        default_again();
+        assert_eq!(
+            m.graph_recordings, 1,
+            "one recording for every scalar: {m:?}"
+        );
+        assert!(
+            m.graph_launches >= 7,
+            "calls after warm-up launch the graph: {m:?}"
+        );
+    }
+
+    /// Outputs of earlier calls, still held and unread, are not overwritten by later launches of
+    /// the same recording (each launch copies its outputs into new buffers).
+    #[test]
+    fn gpu_reduce_overhead_outputs_the_user_still_holds_keep_their_values() {
+        let _config = reduce_overhead_on();
+        let device: burn::tensor::Device<Eager> = Default::default();
+        let b = data([1, 16], 72);
+        let before = burn_compile::metrics();
+        let mut held = Vec::new();
+        for call in 0..8u64 {
+            let x = data([16, 16], 80 + call);
+            let on = |d: &TensorData| Tensor::<C, 2>::from_data(d.clone(), &device);
+            held.push((x.clone(), chain(on(&x), on(&b), 0.75)));
+            // One graph per call (nothing is read until the end).
+            burn_compile::mark_step();
+        }
+        for (x, out) in held {
+            let on = |d: &TensorData| Tensor::<Eager, 2>::from_data(d.clone(), &device);
+            let want = chain(on(&x), on(&b), 0.75).into_data();
+            out.into_data().assert_approx_eq::<f32>(&want, tol());
+        }
+        let m = burn_compile::metrics().since(&before);
+        default_again();
+        assert!(
+            m.graph_launches >= 1,
+            "later calls launch the recording: {m:?}"
+        );
+    }
+
+    #[derive(Module, Debug)]
+    struct Mlp<B: Backend> {
+        a: Linear<B>,
+        b: Linear<B>,
+    }
+
+    impl<B: Backend> Mlp<B> {
+        fn new(w: &[TensorData; 4], device: &B::Device) -> Self {
+            let linear = |w: &TensorData, b: &TensorData| Linear {
+                weight: Param::from_tensor(Tensor::from_data(w.clone(), device)),
+                bias: Some(Param::from_tensor(Tensor::from_data(b.clone(), device))),
+            };
+            Self {
+                a: linear(&w[0], &w[1]),
+                b: linear(&w[2], &w[3]),
+            }
+        }
+
+        fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+            self.b
+                .forward(burn::tensor::activation::relu(self.a.forward(x)))
+        }
+    }
+
+    /// 20 Adam steps with a learning rate that changes every step (a schedule): losses and
+    /// final weights. Adam's bias corrections change every step too.
+    fn train<B: AutodiffBackend>(
+        w: &[TensorData; 4],
+        x: &TensorData,
+    ) -> (Vec<f32>, Vec<TensorData>) {
+        let device = Default::default();
+        let mut model = Mlp::<B>::new(w, &device);
+        let mut optim = AdamConfig::new().init::<B, Mlp<B>>();
+        let x = Tensor::<B, 2>::from_data(x.clone(), &device);
+        let mut losses = Vec::new();
+        for step in 0..20 {
+            let out = model.forward(x.clone());
+            let loss = (out.clone() * out).mean();
+            losses.push(loss.clone().into_scalar().elem::<f32>());
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let lr = 1e-2 / (1.0 + step as f64);
+            model = optim.step(lr, model, grads);
+        }
+        let weights = vec![
+            model.a.weight.val().into_data(),
+            model.a.bias.as_ref().unwrap().val().into_data(),
+            model.b.weight.val().into_data(),
+            model.b.bias.as_ref().unwrap().val().into_data(),
+        ];
+        (losses, weights)
+    }
+
+    /// Training under reduce-overhead: new parameter tensors every step (they move: copied into
+    /// the recording's inputs), a learning rate and bias corrections that change every step
+    /// (written into the recorded kernels), against eager for 20 steps.
+    #[test]
+    fn gpu_reduce_overhead_training_with_a_learning_rate_changed_every_step_matches_eager() {
+        let w = [
+            data([32, 64], 91),
+            support::float_data(&[64], 92, -0.1, 0.1),
+            data([64, 16], 93),
+            support::float_data(&[16], 94, -0.1, 0.1),
+        ];
+        let x = data([8, 32], 95);
+        let (want_losses, want_weights) = train::<Autodiff<Eager>>(&w, &x);
+        let _config = reduce_overhead_on();
+        let before = burn_compile::metrics();
+        let (losses, weights) = train::<Autodiff<C>>(&w, &x);
+        let m = burn_compile::metrics().since(&before);
+        default_again();
+        // cuBLASLt (TF32 on f32) against cubek, through 20 steps.
+        let tol = Tolerance::relative(2e-2).set_absolute(1e-3);
+        assert!(
+            want_losses[0] != want_losses[19],
+            "the weights move: {want_losses:?}"
+        );
+        for (step, (g, e)) in losses.iter().zip(&want_losses).enumerate() {
+            assert!(
+                (g - e).abs() <= 1e-3 + 2e-2 * e.abs(),
+                "step {step}: loss {g} against eager {e}"
+            );
+        }
+        for (g, e) in weights.iter().zip(&want_weights) {
+            g.assert_approx_eq::<f32>(e, tol);
+        }
+        assert!(
+            m.graph_launches >= 15,
+            "steps after warm-up launch graphs: {m:?}"
+        );
+        assert!(
+            m.graph_recordings <= 6,
+            "a changing learning rate does not re-record every step: {m:?}"
+        );
+    }
+}

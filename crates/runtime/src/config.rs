@@ -16,6 +16,9 @@ pub struct RuntimeConfig {
     pub replay_on_device_thread: bool,
     /// Generated kernels load and store vectors where the buffers allow.
     pub vectorize: bool,
+    /// Reduce-overhead mode: after warm-up replays a plan's replay is recorded as one device
+    /// graph and launched as one (CUDA only; elsewhere the executable replays as before).
+    pub reduce_overhead: bool,
     /// The CPU target's C compiler (else the first of `cc`, `gcc`, `clang` found).
     pub c_compiler: Option<String>,
     /// Flags for that compiler (else the target's own).
@@ -36,6 +39,7 @@ impl Default for RuntimeConfig {
             attention_autotune: true,
             replay_on_device_thread: false,
             vectorize: true,
+            reduce_overhead: false,
             c_compiler: None,
             c_flags: None,
             cache_dir: default_cache_dir(),

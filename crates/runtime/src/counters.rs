@@ -24,6 +24,12 @@ pub struct Counters {
     pub disk_cache_misses: AtomicU64,
     pub disk_cache_invalid: AtomicU64,
     pub disk_cache_writes: AtomicU64,
+    /// Reduce-overhead mode: graphs recorded, replays that launched one, and replays that ran
+    /// launch by launch where a recording was wanted (a failed capture, a plan that cannot be
+    /// recorded or is past its limit).
+    pub recordings: AtomicU64,
+    pub graph_launches: AtomicU64,
+    pub recording_fallbacks: AtomicU64,
 }
 
 pub static COUNTERS: Counters = Counters {
@@ -37,6 +43,9 @@ pub static COUNTERS: Counters = Counters {
     disk_cache_misses: AtomicU64::new(0),
     disk_cache_invalid: AtomicU64::new(0),
     disk_cache_writes: AtomicU64::new(0),
+    recordings: AtomicU64::new(0),
+    graph_launches: AtomicU64::new(0),
+    recording_fallbacks: AtomicU64::new(0),
 };
 
 /// Adds one to a counter.

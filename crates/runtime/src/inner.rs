@@ -48,6 +48,11 @@ pub struct InnerDevice<B: BackendIr> {
     /// The executables of the plans replayed so far, by the plan's address (the plan is held:
     /// its address is not reused while its executable is here).
     executables: Mutex<FxHashMap<usize, Lowered>>,
+    /// `RuntimeConfig::reduce_overhead` of the device, as last read.
+    reduce_overhead: AtomicBool,
+    /// Reduce-overhead mode: each replayed plan's recording state, by the plan's address (the
+    /// plan is held, as for `executables`).
+    recordings: Mutex<FxHashMap<usize, (Arc<Plan>, crate::recording::PlanRecording)>>,
     /// The launch of the executable running now (graphs of a device run one at a time): where
     /// a panic of the inner backend came from.
     current_launch: AtomicUsize,
@@ -94,8 +99,57 @@ impl<B: BackendIr> InnerDevice<B> {
             vectorize: AtomicBool::new(true),
             attention_tuning: Mutex::new(FxHashMap::default()),
             executables: Mutex::new(FxHashMap::default()),
+            reduce_overhead: AtomicBool::new(false),
+            recordings: Mutex::new(FxHashMap::default()),
             current_launch: AtomicUsize::new(0),
         }
+    }
+
+    /// Whether replays may launch recorded graphs (reduce-overhead mode; CUDA only).
+    pub(crate) fn reduce_overhead(&self) -> bool {
+        self.reduce_overhead.load(Ordering::Relaxed)
+    }
+
+    /// What records graphs on this device, if its target has one.
+    pub(crate) fn recorder(&self) -> Option<&dyn crate::targets::GraphRecorder> {
+        self.kernels.as_deref().and_then(|k| k.recorder())
+    }
+
+    /// `plan`'s recording state (taken out while its replay runs; put back after).
+    pub(crate) fn take_recording(&self, plan: &Arc<Plan>) -> crate::recording::PlanRecording {
+        let mut recordings = self.recordings.lock().unwrap_or_else(|e| e.into_inner());
+        match recordings.remove(&(Arc::as_ptr(plan) as usize)) {
+            Some((held, state)) if Arc::ptr_eq(&held, plan) => state,
+            Some((_, mut stale)) => {
+                if let Some(recorder) = self.recorder() {
+                    stale.release(recorder);
+                }
+                Default::default()
+            }
+            None => Default::default(),
+        }
+    }
+
+    pub(crate) fn put_recording(&self, plan: &Arc<Plan>, state: crate::recording::PlanRecording) {
+        let mut recordings = self.recordings.lock().unwrap_or_else(|e| e.into_inner());
+        if recordings.len() >= MAX_UNUSED_EXECUTABLES
+            && let Some(recorder) = self.recorder()
+        {
+            // Recordings of plans no cache holds any more are freed with them.
+            recordings.retain(|_, (held, state)| {
+                let used = Arc::strong_count(held) > 1;
+                if !used {
+                    state.release(recorder);
+                }
+                used
+            });
+        }
+        recordings.insert(Arc::as_ptr(plan) as usize, (plan.clone(), state));
+    }
+
+    /// A clone of tensor `id`'s inner handle, if it has one.
+    pub(crate) fn handle_ref(&self, id: TensorId) -> Option<B::Handle> {
+        self.handles().get_handle_ref(&id).cloned()
     }
 
     /// Whether `plan` has not run on this device yet (its kernels compile in its first replay).
@@ -155,6 +209,8 @@ impl<B: BackendIr> InnerDevice<B> {
         self.device_thread
             .store(config.replay_on_device_thread, Ordering::Relaxed);
         self.vectorize.store(config.vectorize, Ordering::Relaxed);
+        self.reduce_overhead
+            .store(config.reduce_overhead, Ordering::Relaxed);
         if let Some(target) = &self.kernels {
             target.configure(config);
         }

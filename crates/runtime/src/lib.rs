@@ -21,6 +21,7 @@ mod inner;
 mod panics;
 pub mod profile;
 pub mod progress;
+pub mod recording;
 pub mod replay;
 pub mod targets;
 

@@ -1,7 +1,7 @@
 //! The replay of a plan: its executable's launches, in order, on the inner backend's tensors.
 
 use crate::InnerDevice;
-use crate::executable::{Binding, Launch};
+use crate::executable::{Binding, Executable, Launch};
 use burn_compile_graph::{Activation, GraphKey};
 use burn_compile_schedule::Plan;
 use burn_ir::{BackendIr, OperationIr};
@@ -18,15 +18,39 @@ use std::time::Instant;
 ///
 /// A target that builds kernels for the layouts it first met in this replay (the CPU target's
 /// C unit) builds them at its end: graph `key`'s kernels, all in one build.
+///
+/// In reduce-overhead mode the replay may instead launch the plan's recorded graph
+/// ([`crate::recording`]), with the same effect on the device's tensors.
 pub fn execute<B: BackendIr>(
     inner: &InnerDevice<B>,
     key: GraphKey,
     mut ops: Vec<OperationIr>,
     plan: &Arc<Plan>,
 ) -> Vec<OperationIr> {
-    let profiling = crate::profile::on();
     let executable = inner.executable(plan, &ops);
-    let scalars = executable.scalar_table(&ops);
+    let walk = |table: Option<&[f64]>| walk(inner, key, &ops, plan, &executable, table);
+    if !(inner.reduce_overhead() && crate::recording::replay(inner, &ops, plan, &executable, walk))
+    {
+        walk(None);
+    }
+    ops.clear();
+    ops
+}
+
+/// Runs the launches of `executable` over `ops`, in order.
+fn walk<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    key: GraphKey,
+    ops: &[OperationIr],
+    plan: &Arc<Plan>,
+    executable: &Executable,
+    table: Option<&[f64]>,
+) {
+    let profiling = crate::profile::on();
+    let scalars = match table {
+        Some(t) => t.to_vec(),
+        None => executable.scalar_table(ops),
+    };
     // The memory plan's buffers, reserved at once; dropped at the end of the replay (every
     // planned value is freed inside the graph).
     let slab = inner.slab(&executable.slab);
@@ -51,7 +75,7 @@ pub fn execute<B: BackendIr>(
                 }));
                 let (first, len) = (*first as usize, *len as usize);
                 let group = &plan.pointwise[*group as usize];
-                inner.fused(&ops, group, &into, &scalars[first..first + len])
+                inner.fused(ops, group, &into, &scalars[first..first + len])
             }
             Launch::Matmul {
                 group,
@@ -63,10 +87,10 @@ pub fn execute<B: BackendIr>(
                     Binding::Read(_) => None,
                 });
                 let alpha = alpha.map_or(1.0, |a| scalars[a as usize]);
-                inner.library_matmul(&ops, &plan.matmul[*group as usize], into, alpha)
+                inner.library_matmul(ops, &plan.matmul[*group as usize], into, alpha)
             }
             Launch::Attention { group, .. } => {
-                inner.attention(&ops, &plan.attention[*group as usize])
+                inner.attention(ops, &plan.attention[*group as usize])
             }
             Launch::Release { op, inputs } => release(inner, &ops[*op as usize], inputs),
             Launch::Alias { op, of, inputs } => {
@@ -97,8 +121,6 @@ pub fn execute<B: BackendIr>(
     if !plan.pointwise.is_empty() {
         inner.finish_replay(key);
     }
-    ops.clear();
-    ops
 }
 
 /// Frees the inputs of `op` at `positions` (in `op.inputs()` order): it consumed them in place,

@@ -2,6 +2,8 @@
 extern crate derive_new;
 extern crate alloc;
 
+/// burn-compile patch: launches recorded as a CUDA graph (see the module).
+pub mod capture;
 mod compute;
 mod device;
 /// burn-compile patch: external library calls in stream order (see the module).

@@ -11,8 +11,9 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cublaslt;
+#[cfg(feature = "cuda")]
+mod cuda_graph;
 
-#[cfg(feature = "wgpu")]
 use burn_backend::DType;
 use burn_compile_schedule::{AttentionGroup, MatmulGroup, PointwiseKernel};
 use burn_std::Shape;
@@ -114,12 +115,65 @@ pub trait KernelTarget<T>: Send + Sync {
         None
     }
 
+    /// What records a replay's launches as one device graph (reduce-overhead mode), where the
+    /// target's device has one (CUDA); `None` elsewhere (wgpu and the CPU replay the executable
+    /// launch by launch).
+    fn recorder(&self) -> Option<&dyn GraphRecorder> {
+        None
+    }
+
     /// Calls `task` once, on the device's own thread where it has one (CubeCL's device
     /// runner: there the runtime's calls made by `task` run directly, not queued as one task
     /// each), else here.
     fn on_device_thread(&self, task: &mut (dyn FnMut() + Send)) {
         task()
     }
+}
+
+/// A replay's launches recorded as one device graph, launched again later
+/// ([`crate::recording`]). Tensors are the inner backend's handles, passed as `Any` (the
+/// recorder checks their type): graph inputs and outputs may be of any dtype.
+pub trait GraphRecorder: Send + Sync {
+    /// A new buffer with the size and layout of tensor `t` (a recording's own copy of an
+    /// input), of `t`'s type.
+    fn like(&self, t: &dyn Any) -> Result<Box<dyn Any + Send>, String>;
+
+    /// Starts recording the launches of this thread's stream.
+    fn begin(&self) -> Result<(), String>;
+
+    /// Ends the recording begun by [`GraphRecorder::begin`]: the graph, which reads `inputs`
+    /// and writes `outputs` (the recording's own tensors), or why it cannot be launched. Ends
+    /// the capture in every case. `scalars`: the kernel scalars the capture was given as
+    /// markers, `(value, dtype of the kernel)` each — their places in the recorded kernels'
+    /// arguments are found, and each launch writes the real values there; an error when one
+    /// cannot be found exactly once (the graph holds markers: it must not be launched).
+    fn end(
+        &self,
+        inputs: &[&dyn Any],
+        outputs: &[&dyn Any],
+        scalars: &[(f64, DType)],
+    ) -> Result<Arc<dyn Recorded>, String>;
+
+    /// Launches `recorded`: `inputs` (this replay's, in the recording's order) copied into its
+    /// inputs, its kernel scalars set to `scalars` (in the order given to `end`), the graph,
+    /// its outputs copied into new tensors laid out as `outputs` (the recording's own),
+    /// returned in order.
+    fn launch(
+        &self,
+        recorded: &Arc<dyn Recorded>,
+        inputs: &[&dyn Any],
+        outputs: &[&dyn Any],
+        scalars: &[f64],
+    ) -> Result<Vec<Box<dyn Any + Send>>, String>;
+
+    /// Frees `recorded` once its launches have run.
+    fn release(&self, recorded: Arc<dyn Recorded>);
+}
+
+/// A recorded graph.
+pub trait Recorded: Any + Send + Sync {
+    /// Nodes of the device graph.
+    fn nodes(&self) -> usize;
 }
 
 /// The kernel target of an inner backend whose float tensors are `T` on `device`, if it has
@@ -180,6 +234,8 @@ mod cuda {
 
     struct CudaTarget {
         kernels: CubeTarget<CudaRuntime>,
+        /// Reduce-overhead mode's recordings (CUDA graphs).
+        graphs: super::cuda_graph::CudaGraphs,
         /// cuBLASLt, or `None` (warned once) when its library cannot be loaded: the inner
         /// backend's matmul (cubek) runs instead.
         blas: Option<&'static CuBlasLt>,
@@ -206,10 +262,11 @@ mod cuda {
         if TypeId::of::<T>() != TypeId::of::<Tensor>() {
             return None;
         }
+        let device = device.downcast_ref()?;
         let target: Arc<dyn KernelTarget<Tensor>> = Arc::new(CudaTarget {
-            kernels: CubeTarget::new(
-                &[DType::F32, DType::F16, DType::BF16, DType::F64],
-                device.downcast_ref()?,
+            kernels: CubeTarget::new(&[DType::F32, DType::F16, DType::BF16, DType::F64], device),
+            graphs: super::cuda_graph::CudaGraphs::new(
+                <CudaRuntime as burn_cubecl::cubecl::Runtime>::client(device),
             ),
             blas: blas(),
         });
@@ -232,6 +289,10 @@ mod cuda {
 
         fn on_device_thread(&self, task: &mut (dyn FnMut() + Send)) {
             self.kernels.on_device_thread(task)
+        }
+
+        fn recorder(&self) -> Option<&dyn super::GraphRecorder> {
+            Some(&self.graphs)
         }
 
         fn allocate(&self, bytes: &[u64]) -> Option<Vec<Tensor>> {

@@ -478,7 +478,8 @@ impl<'a> Command<'a> {
             const_info,
         );
 
-        if stream.drop_queue.should_flush() {
+        // burn-compile patch: no fence is recorded into a graph being captured.
+        if stream.drop_queue.should_flush() && !crate::capture::active() {
             stream.drop_queue.flush(|| Fence::new(stream.sys));
         }
 

@@ -155,6 +155,12 @@ impl ComputeServer for CudaServer {
         stream_id: StreamId,
     ) {
         if let Err(err) = self.launch_checked(kernel, count, bindings, mode, stream_id) {
+            // burn-compile patch: a launch that fails while capturing fails the recording (it
+            // launched nothing), not the stream.
+            if crate::capture::active() {
+                crate::capture::fail(format!("a launch failed while recording: {err:?}"));
+                return;
+            }
             let mut stream = match self.streams.resolve(stream_id, [].into_iter(), false) {
                 Ok(stream) => stream,
                 Err(err) => unreachable!("{err:?}"),
@@ -646,6 +652,9 @@ impl CudaServer {
                 Box::from_raw(Box::into_raw(kernel) as *mut crate::external::ExternalTask)
             };
             let timer = profile::start();
+            if crate::capture::active() {
+                crate::capture::keep(bindings.buffers.iter());
+            }
             let outputs = task.take_outputs();
             if !outputs.is_empty() {
                 // As `initialize_memory` does for each, in this one task.
@@ -708,6 +717,16 @@ impl CudaServer {
 
         profile::stop(0, timer);
         let timer = profile::start();
+        // burn-compile patch: the buffers of a launch recorded in a graph stay reserved.
+        let capturing = crate::capture::active();
+        if capturing {
+            crate::capture::keep(
+                bindings
+                    .buffers
+                    .iter()
+                    .chain(bindings.tensor_maps.iter().map(|m| &m.binding)),
+            );
+        }
         let count = match count {
             CubeCount::Static(x, y, z) => (x, y, z),
             // TODO: CUDA doesn't have an exact equivalent of dynamic dispatch. Instead, kernels are free to launch other kernels.
@@ -729,20 +748,51 @@ impl CudaServer {
             }
         };
 
+        // burn-compile patch: dynamic metadata in a recording's arena (its device address),
+        // and the constants of a recorded kernel (the static part of its info, by value).
+        let mut recorded_meta: Option<u64> = None;
+        let recorded_constants: Option<Vec<u8>> = (capturing && grid_constants).then(|| {
+            let info = &bindings.info;
+            let end = info.dynamic_metadata_offset.min(info.data.len());
+            bytemuck::cast_slice(&info.data[..end]).to_vec()
+        });
         let (info_const, info_binding) = if grid_constants {
             let info = &bindings.info;
 
             let mut handle = Option::None;
             if info.dynamic_metadata_offset < info.data.len() {
                 let dyn_meta = &bytemuck::cast_slice(&info.data[info.dynamic_metadata_offset..]);
-                handle = Some(command.create_with_data(dyn_meta)?);
+                // burn-compile patch: while recording, into the recording's arena.
+                if capturing {
+                    recorded_meta = Some(
+                        crate::capture::metadata(dyn_meta).map_err(|reason| {
+                            ServerError::Generic {
+                                reason,
+                                backtrace: BackTrace::capture(),
+                            }
+                        })?,
+                    );
+                } else {
+                    handle = Some(command.create_with_data(dyn_meta)?);
+                }
             }
 
             (Some(info.data.as_ptr() as *mut c_void), handle)
         } else {
             let mut handle = Option::None;
             if !bindings.info.data.is_empty() {
-                handle = Some(command.create_with_data(bytemuck::cast_slice(&bindings.info.data))?);
+                let data = bytemuck::cast_slice(&bindings.info.data);
+                // burn-compile patch: while recording, into the recording's arena.
+                if capturing {
+                    recorded_meta = Some(crate::capture::metadata(data).map_err(|reason| {
+                        ServerError::Generic {
+                            reason,
+                            backtrace: BackTrace::capture(),
+                        }
+                    })?);
+                } else {
+                    handle = Some(command.create_with_data(data)?);
+                }
             }
             (None, handle)
         };
@@ -922,9 +972,19 @@ impl CudaServer {
                 .into_iter()
                 .map(|s| command.resource(s.binding()).expect("Resource to exist")),
         );
+        // burn-compile patch: the kernel's parameter points at `recorded_meta` itself, which
+        // lives until the launch below has copied it.
+        if let Some(meta) = recorded_meta.as_ref() {
+            resources.push(crate::compute::storage::gpu::GpuResource::new(
+                *meta,
+                meta as *const u64 as *mut c_void,
+                0,
+            ));
+        }
         profile::stop(2, timer);
         let timer = profile::start();
 
+        let args = tensor_maps.len() + resources.len() + info_const.is_some() as usize;
         command.kernel(
             kernel_id,
             kernel,
@@ -935,6 +995,12 @@ impl CudaServer {
             info_const,
             logger,
         )?;
+        // burn-compile patch: the recorded kernel's node and constants, for scalar patching.
+        if let Some(constants) = recorded_constants
+            && info_const.is_some()
+        {
+            crate::capture::kernel_launched(command.streams.current().sys, args, constants);
+        }
         profile::stop(3, timer);
         profile::stop(4, whole);
 

@@ -61,6 +61,10 @@ impl GpuStorage {
     ///
     /// This method processes all pending deallocations by freeing the associated GPU memory.
     fn perform_deallocations(&mut self) {
+        // burn-compile patch: not while a graph is captured (a free would be recorded in it).
+        if crate::capture::active() {
+            return;
+        }
         self.deallocations
             .drain(..)
             .filter_map(|id| self.memory.remove(&id))
@@ -171,7 +175,13 @@ impl ComputeStorage for GpuStorage {
         // SAFETY: Calling CUDA driver FFI to allocate device memory. First tries async
         // allocation on the stream; falls back to synchronous allocation if that fails.
         // The returned pointer is stored in `self.memory` and freed on deallocation.
-        let ptr = unsafe { cudarc::driver::result::malloc_async(self.stream, size as usize) };
+        // burn-compile patch: while a graph is captured, synchronously (an asynchronous
+        // allocation would be recorded as a node of the graph).
+        let ptr = if crate::capture::active() {
+            Err(DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_PERMITTED))
+        } else {
+            unsafe { cudarc::driver::result::malloc_async(self.stream, size as usize) }
+        };
         let (ptr, kind) = match ptr {
             Ok(ptr) => (ptr, AllocationKind::Async),
             Err(_) => unsafe {

@@ -1,0 +1,699 @@
+//! Reduce-overhead mode: a plan's replay recorded once as one device graph (a CUDA graph) and
+//! launched again for later replays of the plan, with the host work per replay cut to copying
+//! the inputs in, one graph launch, and copying the outputs out.
+//!
+//! A recording is made after [`WARM_REPLAYS`] replays of its plan (kernels compiled, cuBLASLt's
+//! algorithms and Burn's autotune settled: none of them may run inside a capture). What holds:
+//! - **Inputs that move.** The recording reads its own copy of each graph input; each launch
+//!   first copies this replay's inputs into those buffers (in stream order), so new parameter
+//!   tensors every step cost a copy, never a re-record.
+//! - **Outputs the user holds.** Each launch copies the recording's outputs into new buffers:
+//!   the tensors handed out are never the ones a later launch overwrites.
+//! - **Scalars.** The scalar table (and the scalar operands of ops run eagerly inside the plan)
+//!   is compared with the recorded one at every launch: a changed scalar re-records, logged
+//!   with the scalar and both values; past [`RECORD_LIMIT`] recordings a plan stays on the
+//!   launch-by-launch replay, with one warning. A plan whose eager ops hold other host scalars
+//!   (random seeds, clamp bounds, fill values) is never recorded.
+//! - **No allocation inside a recording**: the capture allocates pool pages synchronously,
+//!   keeps every buffer it binds, and writes kernel metadata to an arena it owns (the patched
+//!   cubecl-cuda, `vendor/cubecl-cuda/src/capture.rs`).
+//!
+//! Each recording and each fallback is logged under `burn_compile::recordings` and counted.
+
+use crate::InnerDevice;
+use crate::counters::COUNTERS;
+use crate::executable::{Executable, Launch};
+use crate::targets::{GraphRecorder, Recorded};
+use burn_backend::DType;
+use burn_compile_schedule::{Plan, Slot, scalar_operand};
+use burn_ir::{BackendIr, OperationIr, TensorId};
+use burn_std::stream_id::StreamId;
+use rustc_hash::FxHashSet;
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Launch-by-launch replays of a plan before it is recorded.
+pub const WARM_REPLAYS: u32 = 2;
+
+/// Recordings of one plan before it stays on the launch-by-launch replay.
+pub const RECORD_LIMIT: u32 = 8;
+
+/// Where a plan stands in reduce-overhead mode on one device.
+#[derive(Default)]
+pub(crate) struct PlanRecording {
+    /// Launch-by-launch replays so far.
+    replays: u32,
+    /// Recordings made.
+    records: u32,
+    /// Why the plan stays on the launch-by-launch replay, once decided.
+    refused: Option<String>,
+    /// A capture with marker scalars failed: record with the real ones, guarded.
+    no_markers: bool,
+    current: Option<Current>,
+}
+
+/// A recording and what its launches need from each replay.
+struct Current {
+    recorded: Arc<dyn Recorded>,
+    /// The graph inputs: each tensor's first reader, or the op that declares it (an upload's
+    /// `Init`, whose tensor exists before the replay).
+    inputs: Vec<Ref>,
+    /// Graph inputs the replay frees (consumed or dropped inside the graph).
+    freed: Vec<Ref>,
+    /// The graph outputs left after the replay: output `pos` of op `op`, with the recording's
+    /// own tensor (a layout to copy into a new buffer).
+    outputs: Vec<(u32, u8, Box<dyn Any + Send>)>,
+    /// Entries of the scalar table each launch writes into the graph's kernels.
+    patched: Vec<usize>,
+    /// Entries of the scalar table the graph holds as recorded (cuBLASLt's α, kernel scalars
+    /// that could not be placed), and their values as bits, then those of the scalar operands
+    /// of ops run on the inner backend: a replay with other values records again.
+    guarded: Vec<usize>,
+    guard_bits: Vec<u64>,
+    /// The recording's own inputs: its launches copy each replay's inputs into them (held even
+    /// where no launch of the graph binds one).
+    _inputs_held: Vec<Box<dyn Any + Send>>,
+}
+
+impl PlanRecording {
+    /// Gives the recording back to `recorder` (destroyed in stream order).
+    pub(crate) fn release(&mut self, recorder: &dyn GraphRecorder) {
+        if let Some(current) = self.current.take() {
+            recorder.release(current.recorded);
+        }
+    }
+}
+
+/// Replays `plan` through its recording; `false` when the replay must run launch by launch
+/// (warming up, or no recording can serve it): nothing has changed then.
+pub(crate) fn replay<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    ops: &[OperationIr],
+    plan: &Arc<Plan>,
+    executable: &Executable,
+    walk: impl Fn(Option<&[f64]>),
+) -> bool {
+    let Some(recorder) = inner.recorder() else {
+        return false;
+    };
+    let mut state = inner.take_recording(plan);
+    let handled = replay_with(inner, recorder, &mut state, ops, plan, executable, &walk);
+    inner.put_recording(plan, state);
+    handled
+}
+
+fn replay_with<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    recorder: &dyn GraphRecorder,
+    state: &mut PlanRecording,
+    ops: &[OperationIr],
+    plan: &Plan,
+    executable: &Executable,
+    walk: &dyn Fn(Option<&[f64]>),
+) -> bool {
+    if state.refused.is_some() {
+        return false;
+    }
+    let (table, eager) = match scalars(executable, ops) {
+        Ok(s) => s,
+        Err(reason) => {
+            refuse(state, reason);
+            return false;
+        }
+    };
+    if let Some(current) = &state.current {
+        let now = guard_bits(&current.guarded, &table, &eager);
+        match changed_scalar(&current.guard_bits, &now) {
+            None => match launch(inner, recorder, current, ops, &table) {
+                Ok(()) => {
+                    COUNTERS.graph_launches.fetch_add(1, Ordering::Relaxed);
+                    return true;
+                }
+                Err(reason) => {
+                    tracing::info!(
+                        target: "burn_compile::recordings",
+                        "recorded graph not launched ({reason}); recording again"
+                    );
+                }
+            },
+            Some(reason) => {
+                tracing::info!(
+                    target: "burn_compile::recordings",
+                    "{reason}: recording again (recording {} of at most {RECORD_LIMIT})",
+                    state.records + 1
+                );
+            }
+        }
+        state.release(recorder);
+    } else {
+        state.replays += 1;
+        if state.replays <= WARM_REPLAYS {
+            return false;
+        }
+    }
+    if state.records >= RECORD_LIMIT {
+        refuse(
+            state,
+            format!(
+                "recorded {RECORD_LIMIT} times (the limit): replayed launch by launch from now on"
+            ),
+        );
+        return false;
+    }
+    state.records += 1;
+    let markers = !state.no_markers;
+    let replay = ReplayParts {
+        ops,
+        plan,
+        executable,
+        table: &table,
+        walk,
+    };
+    match record(inner, recorder, replay, eager, markers) {
+        Ok(current) => {
+            COUNTERS.recordings.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                target: "burn_compile::recordings",
+                "recorded a graph of {} launches ({} device nodes; {} inputs, {} outputs)",
+                executable.launches.len(),
+                current.recorded.nodes(),
+                current.inputs.len(),
+                current.outputs.len()
+            );
+            state.current = Some(current);
+            true
+        }
+        Err(Failure::Refused(reason)) => {
+            refuse(state, reason);
+            false
+        }
+        Err(Failure::Capture(reason)) => {
+            // Markers that could not be placed are the likeliest cause: the next recording
+            // holds the real scalars, guarded.
+            state.no_markers = true;
+            COUNTERS.recording_fallbacks.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                target: "burn_compile::recordings",
+                "recording failed ({reason}); this replay runs launch by launch"
+            );
+            false
+        }
+    }
+}
+
+fn refuse(state: &mut PlanRecording, reason: String) {
+    COUNTERS.recording_fallbacks.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        target: "burn_compile::recordings",
+        "burn-compile: a graph is not recorded ({reason}); it replays launch by launch"
+    );
+    state.refused = Some(reason);
+}
+
+/// The replay's scalar table, and the scalar operand of each op run on the inner backend (as
+/// bits); an error when such an op holds a host value no check can see.
+fn scalars(executable: &Executable, ops: &[OperationIr]) -> Result<(Vec<f64>, Vec<u64>), String> {
+    let table = executable.scalar_table(ops);
+    let mut eager = Vec::new();
+    for launch in &executable.launches {
+        let op = match launch {
+            Launch::Eager { op } | Launch::Activation { op, .. } => *op,
+            _ => continue,
+        };
+        let operation = &ops[op as usize];
+        if let Some(s) = scalar_operand(operation) {
+            eager.push(s.to_bits());
+            continue;
+        }
+        let name = executable.op_name(op);
+        if name.contains("Random") {
+            // Its seed is drawn when it runs: a recording would replay the same draws.
+            return Err(format!(
+                "op {op} ({name}) draws random values when it runs; a recording would repeat them"
+            ));
+        }
+        if HOST_VALUES.iter().any(|v| name.contains(v)) {
+            eager.push(fingerprint(operation));
+        }
+    }
+    Ok((table, eager))
+}
+
+/// A hash of everything `op` holds but its tensor ids (which differ from one replay of a plan
+/// to the next): its host values (a clamp's bounds, a fill value, a comparison's scalar).
+fn fingerprint(op: &OperationIr) -> u64 {
+    use std::hash::{Hash, Hasher};
+    const ID: &str = "TensorId { value: ";
+    let text = format!("{op:?}");
+    let mut hasher = rustc_hash::FxHasher::default();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(ID) {
+        rest[..at].hash(&mut hasher);
+        rest = rest[at + ID.len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    rest.hash(&mut hasher);
+    hasher.finish()
+}
+
+fn guard_bits(guarded: &[usize], table: &[f64], eager: &[u64]) -> Vec<u64> {
+    guarded
+        .iter()
+        .map(|i| table[*i].to_bits())
+        .chain(eager.iter().copied())
+        .collect()
+}
+
+/// The kernel scalars of `executable`: (table entry, the kernel's dtype).
+fn kernel_scalars(plan: &Plan, executable: &Executable) -> Vec<(usize, DType)> {
+    let mut entries = Vec::new();
+    for launch in &executable.launches {
+        if let Launch::Kernel {
+            group,
+            scalars: (first, len),
+            ..
+        } = launch
+        {
+            let dtype = plan.pointwise[*group as usize].kernel.dtype;
+            entries.extend((*first..*first + *len).map(|i| (i as usize, dtype)));
+        }
+    }
+    entries
+}
+
+/// Marker values a capture passes for kernel scalars, told apart in the recorded kernels'
+/// arguments: `-(1 + k/2^m) · 2^e` with `k` odd below `2^(m-1)`, `m` the dtype's mantissa bits
+/// (7 in bf16, 10 in f16: an odd 16-bit pattern, never an even size or stride among the
+/// arguments; 7 in f32 and f64, whose patterns are above any size) and `e` in -14..=15 — exact
+/// in the kernel's dtype.
+const MARKERS: usize = 64 * 30;
+
+fn marker(j: usize, dtype: DType) -> f64 {
+    let mantissa = if dtype == DType::F16 { 1024.0 } else { 128.0 };
+    let k = (2 * (j % 64) + 1) as f64;
+    let e = (j / 64) as i32 - 14;
+    -(1.0 + k / mantissa) * 2f64.powi(e)
+}
+
+/// Parts of the names of ops that carry host values besides tensors and shapes (guarded by
+/// their [`fingerprint`]).
+const HOST_VALUES: [&str; 7] = [
+    "Scalar",
+    "Elem",
+    "Clamp",
+    "MaskFill",
+    "Full",
+    "Powi",
+    "Remainder",
+];
+
+fn changed_scalar(recorded: &[u64], now: &[u64]) -> Option<String> {
+    if recorded.len() != now.len() {
+        return Some("the number of scalars changed".into());
+    }
+    recorded.iter().zip(now).position(|(a, b)| a != b).map(|i| {
+        format!(
+            "scalar {i} changed from {} to {}",
+            f64::from_bits(recorded[i]),
+            f64::from_bits(now[i])
+        )
+    })
+}
+
+enum Failure {
+    /// The plan cannot be recorded, ever.
+    Refused(String),
+    /// This capture failed; the replay's tensors are as before it.
+    Capture(String),
+}
+
+/// A tensor of a replayed graph: input or output `pos` of op `op`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ref {
+    op: u32,
+    pos: u8,
+    output: bool,
+}
+
+impl Ref {
+    fn id(self, ops: &[OperationIr]) -> TensorId {
+        let op = &ops[self.op as usize];
+        let t = if self.output {
+            op.outputs().nth(self.pos as usize)
+        } else {
+            op.inputs().nth(self.pos as usize)
+        };
+        t.expect("a recorded tensor exists in every replay of its plan")
+            .id
+    }
+}
+
+/// The graph inputs of `ops`: the first op input reading each tensor no earlier op wrote.
+fn graph_inputs(ops: &[OperationIr]) -> Vec<(Slot, TensorId)> {
+    let mut written = FxHashSet::default();
+    let mut seen = FxHashSet::default();
+    let mut inputs = Vec::new();
+    for (op, operation) in ops.iter().enumerate() {
+        for (pos, t) in operation.inputs().enumerate() {
+            if !written.contains(&t.id) && seen.insert(t.id) {
+                inputs.push((
+                    Slot {
+                        op: op as u32,
+                        pos: pos as u8,
+                    },
+                    t.id,
+                ));
+            }
+        }
+        written.extend(operation.outputs().map(|t| t.id));
+    }
+    inputs
+}
+
+/// What one replay hands a recording: its ops, plan, executable, scalar table, and its walk
+/// of the executable (with a scalar table of its own, or the ops').
+struct ReplayParts<'a> {
+    ops: &'a [OperationIr],
+    plan: &'a Plan,
+    executable: &'a Executable,
+    table: &'a [f64],
+    walk: &'a dyn Fn(Option<&[f64]>),
+}
+
+/// Records one replay: the graph inputs replaced by buffers of the recording's own, the
+/// executable walked while the stream is captured, the graph launched once (so this replay's
+/// results are computed), and the tensors of the replay put where the walk would have left them.
+fn record<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    recorder: &dyn GraphRecorder,
+    replay: ReplayParts<'_>,
+    eager: Vec<u64>,
+    markers: bool,
+) -> Result<Current, Failure> {
+    // The capture runs on a stream of its own: work the application's threads put on the
+    // replay's stream meanwhile (uploads, reads of earlier outputs) is not captured, and a
+    // read never waits on a stream that is being captured. Every buffer the capture binds is
+    // made on that stream; the graph itself is launched on the replay's stream.
+    let replay_stream = StreamId::current();
+    let capture_stream = StreamId {
+        value: replay_stream.value.wrapping_add(1),
+    };
+    let current = capture_stream.executes(|| capture(inner, recorder, &replay, eager, markers))?;
+    match launch(inner, recorder, &current, replay.ops, replay.table) {
+        Ok(()) => Ok(current),
+        Err(reason) => {
+            recorder.release(current.recorded);
+            Err(Failure::Capture(reason))
+        }
+    }
+}
+
+/// The capture part of [`record`], on the capture stream.
+fn capture<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    recorder: &dyn GraphRecorder,
+    replay: &ReplayParts<'_>,
+    eager: Vec<u64>,
+    markers: bool,
+) -> Result<Current, Failure> {
+    let ReplayParts {
+        ops,
+        plan,
+        executable,
+        table,
+        walk,
+    } = *replay;
+    // Kernel scalars are captured as markers, found in the graph and patched per launch; the
+    // rest of the table is guarded.
+    let kernel = kernel_scalars(plan, executable);
+    let markers = markers && kernel.len() <= MARKERS;
+    let (patched, marked, capture_table): (Vec<usize>, Vec<(f64, DType)>, Vec<f64>) = if markers {
+        let mut capture_table = table.to_vec();
+        let mut marked = Vec::with_capacity(kernel.len());
+        for (j, (i, dtype)) in kernel.iter().enumerate() {
+            capture_table[*i] = marker(j, *dtype);
+            marked.push((marker(j, *dtype), *dtype));
+        }
+        (
+            kernel.iter().map(|(i, _)| *i).collect(),
+            marked,
+            capture_table,
+        )
+    } else {
+        (Vec::new(), Vec::new(), table.to_vec())
+    };
+    let guarded: Vec<usize> = (0..table.len()).filter(|i| !patched.contains(i)).collect();
+    let guard_bits = guard_bits(&guarded, table, &eager);
+    let mut inputs: Vec<(Ref, TensorId)> = graph_inputs(ops)
+        .into_iter()
+        .map(|(slot, id)| {
+            let r = Ref {
+                op: slot.op,
+                pos: slot.pos,
+                output: false,
+            };
+            (r, id)
+        })
+        .collect();
+    // Tensors an op declares that exist before the replay (uploads: `Init`) are inputs too.
+    for (op, operation) in ops.iter().enumerate() {
+        for (pos, t) in operation.outputs().enumerate() {
+            if inner.handle_ref(t.id).is_some() && !inputs.iter().any(|(_, id)| *id == t.id) {
+                let r = Ref {
+                    op: op as u32,
+                    pos: pos as u8,
+                    output: true,
+                };
+                inputs.push((r, t.id));
+            }
+        }
+    }
+    let mut originals = Vec::with_capacity(inputs.len());
+    for (_, id) in &inputs {
+        let Some(original) = inner.handle_ref(*id) else {
+            return Err(Failure::Refused(format!(
+                "graph input {id:?} has no tensor"
+            )));
+        };
+        originals.push(original);
+    }
+    let input_ids: FxHashSet<TensorId> = inputs.iter().map(|(_, id)| *id).collect();
+    let mut statics = Vec::with_capacity(inputs.len());
+    for original in &originals {
+        let made = recorder
+            .like(original as &dyn Any)
+            .map_err(Failure::Refused)?;
+        let own = made
+            .downcast::<B::Handle>()
+            .map_err(|_| Failure::Refused("a recording buffer of another type".into()))?;
+        statics.push(*own);
+    }
+    for ((_, id), own) in inputs.iter().zip(&statics) {
+        inner.register_handle(*id, own.clone());
+    }
+    // Puts the replay's inputs back and removes what the walk wrote: the state before it.
+    let restore = || {
+        for operation in ops {
+            for t in operation.outputs().filter(|t| !input_ids.contains(&t.id)) {
+                inner.release(t.id);
+            }
+        }
+        for ((_, id), original) in inputs.iter().zip(&originals) {
+            inner.register_handle(*id, original.clone());
+        }
+    };
+    if let Err(reason) = recorder.begin() {
+        restore();
+        return Err(Failure::Capture(reason));
+    }
+    let walked =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| walk(Some(&capture_table))));
+    // Output tensors left by the walk, in op order (each id once).
+    let mut outputs = Vec::new();
+    let mut seen = FxHashSet::default();
+    for (op, operation) in ops.iter().enumerate() {
+        for (pos, t) in operation.outputs().enumerate() {
+            if !input_ids.contains(&t.id)
+                && seen.insert(t.id)
+                && let Some(h) = inner.handle_ref(t.id)
+            {
+                outputs.push((op as u32, pos as u8, h));
+            }
+        }
+    }
+    let statics_any: Vec<&dyn Any> = statics.iter().map(|s| s as &dyn Any).collect();
+    let outputs_any: Vec<&dyn Any> = outputs.iter().map(|(_, _, h)| h as &dyn Any).collect();
+    let ended = recorder.end(&statics_any, &outputs_any, &marked);
+    if let Err(panic) = walked {
+        if let Ok(recorded) = ended {
+            recorder.release(recorded);
+        }
+        restore();
+        std::panic::resume_unwind(panic);
+    }
+    let recorded = match ended {
+        Ok(r) => r,
+        Err(reason) => {
+            restore();
+            return Err(Failure::Capture(reason));
+        }
+    };
+    let freed = inputs
+        .iter()
+        .filter(|(_, id)| inner.handle_ref(*id).is_none())
+        .map(|(r, _)| *r)
+        .collect();
+    // Back to the replay's state before the walk; the launch below then makes its effect.
+    restore();
+    let current = Current {
+        recorded,
+        inputs: inputs.iter().map(|(r, _)| *r).collect(),
+        freed,
+        outputs: outputs
+            .into_iter()
+            .map(|(op, pos, h)| (op, pos, Box::new(h) as Box<dyn Any + Send>))
+            .collect(),
+        patched,
+        guarded,
+        guard_bits,
+        _inputs_held: statics
+            .into_iter()
+            .map(|s| Box::new(s) as Box<dyn Any + Send>)
+            .collect(),
+    };
+    Ok(current)
+}
+
+/// One launch of `current` for the replay of `ops`: this replay's inputs copied in, the graph,
+/// its outputs copied into new tensors registered under this replay's ids; the inputs the
+/// replay frees are freed.
+fn launch<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    recorder: &dyn GraphRecorder,
+    current: &Current,
+    ops: &[OperationIr],
+    table: &[f64],
+) -> Result<(), String> {
+    let mut inputs = Vec::with_capacity(current.inputs.len());
+    for r in &current.inputs {
+        let id = r.id(ops);
+        inputs.push(
+            inner
+                .handle_ref(id)
+                .ok_or_else(|| format!("graph input {id:?} has no tensor"))?,
+        );
+    }
+    let inputs_any: Vec<&dyn Any> = inputs.iter().map(|h| h as &dyn Any).collect();
+    let outputs_any: Vec<&dyn Any> = current
+        .outputs
+        .iter()
+        .map(|(_, _, h)| h.as_ref() as &dyn Any)
+        .collect();
+    let start = crate::profile::on().then(std::time::Instant::now);
+    let scalars: Vec<f64> = current.patched.iter().map(|i| table[*i]).collect();
+    let made = recorder.launch(&current.recorded, &inputs_any, &outputs_any, &scalars)?;
+    drop(inputs);
+    for ((op, pos, _), out) in current.outputs.iter().zip(made) {
+        let id = ops[*op as usize]
+            .outputs()
+            .nth(*pos as usize)
+            .expect("a recorded output slot exists in every replay of its plan")
+            .id;
+        let handle = out
+            .downcast::<B::Handle>()
+            .map_err(|_| "a recorded output of another type".to_string())?;
+        inner.register_handle(id, *handle);
+    }
+    for r in &current.freed {
+        inner.release(r.id(ops));
+    }
+    if let Some(start) = start {
+        crate::profile::record("recorded graph launch", start.elapsed());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_backend::Shape;
+    use burn_ir::{NumericOperationIr, ScalarIr, ScalarOpIr, TensorIr, TensorStatus};
+
+    fn t(id: u64) -> TensorIr {
+        TensorIr {
+            id: TensorId::new(id),
+            shape: Shape::from(vec![4, 4]),
+            status: TensorStatus::ReadOnly,
+            dtype: DType::F32,
+        }
+    }
+
+    fn lower_elem(lhs: u64, s: f64, out: u64) -> OperationIr {
+        OperationIr::NumericFloat(
+            DType::F32,
+            NumericOperationIr::LowerElem(ScalarOpIr {
+                lhs: t(lhs),
+                rhs: ScalarIr::Float(s),
+                out: t(out),
+            }),
+        )
+    }
+
+    #[cfg(feature = "gpu")]
+    /// Markers survive every kernel dtype exactly, and each dtype's bit patterns are distinct
+    /// (and odd in 16 bits: never an even size or stride of a kernel's arguments).
+    #[test]
+    fn markers_are_exact_and_distinct_in_every_kernel_dtype() {
+        let mut bf16 = FxHashSet::default();
+        let mut f16 = FxHashSet::default();
+        let mut f32s = FxHashSet::default();
+        for j in 0..MARKERS {
+            let (b, h, f) = (
+                marker(j, DType::BF16),
+                marker(j, DType::F16),
+                marker(j, DType::F32),
+            );
+            assert_eq!(half::bf16::from_f64(b).to_f64(), b, "bf16, marker {j}");
+            assert_eq!(half::f16::from_f64(h).to_f64(), h, "f16, marker {j}");
+            assert_eq!(f as f32 as f64, f, "f32, marker {j}");
+            assert_eq!(half::bf16::from_f64(b).to_bits() % 2, 1);
+            assert_eq!(half::f16::from_f64(h).to_bits() % 2, 1);
+            assert!(bf16.insert(half::bf16::from_f64(b).to_bits()));
+            assert!(f16.insert(half::f16::from_f64(h).to_bits()));
+            assert!(f32s.insert((f as f32).to_bits()));
+        }
+    }
+
+    /// An op's fingerprint ignores its tensor ids (new every replay) and sees its host values.
+    #[test]
+    fn fingerprints_see_host_values_not_tensor_ids() {
+        let a = fingerprint(&lower_elem(1, 0.5, 2));
+        assert_eq!(a, fingerprint(&lower_elem(7, 0.5, 123456)));
+        assert_ne!(a, fingerprint(&lower_elem(1, 0.25, 2)));
+    }
+
+    /// Graph inputs: each tensor read before any op of the graph wrote it, once, at its first
+    /// reader.
+    #[test]
+    fn graph_inputs_are_first_reads_of_tensors_not_written_in_the_graph() {
+        let ops = vec![
+            lower_elem(1, 0.5, 2),
+            lower_elem(2, 0.5, 3),
+            lower_elem(1, 1.0, 4),
+        ];
+        let inputs = graph_inputs(&ops);
+        assert_eq!(inputs.len(), 1);
+        assert_eq!((inputs[0].0.op, inputs[0].0.pos), (0, 0));
+        assert_eq!(inputs[0].1, TensorId::new(1));
+    }
+
+    #[test]
+    fn a_changed_guarded_scalar_is_named_with_both_values() {
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(changed_scalar(&bits(&[1.0, 2.0]), &bits(&[1.0, 2.0])), None);
+        assert_eq!(
+            changed_scalar(&bits(&[1.0, 2.0]), &bits(&[1.0, 3.0])).as_deref(),
+            Some("scalar 1 changed from 2 to 3")
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! CUDA: a replay's launches recorded as one CUDA graph (the patched cubecl-cuda's stream
+//! capture, `vendor/cubecl-cuda/src/capture.rs`), and launched again with its inputs copied
+//! into the recording's own buffers and its outputs copied out of them.
+//!
+//! Every call goes to CubeCL's device thread as an external task on the recording thread's
+//! stream, so the capture sees exactly the launches issued between `begin` and `end` on that
+//! stream, in order.
+
+use super::{GraphRecorder, Recorded};
+use burn_backend::{DType, ElementConversion};
+use burn_cubecl::cubecl::client::ComputeClient;
+use burn_cubecl::cubecl::cuda::CudaRuntime;
+use burn_cubecl::cubecl::prelude::CubeCount;
+use burn_cubecl::cubecl::server::{Handle, KernelArguments};
+use burn_cubecl::cubecl::stream_id::StreamId;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl_cuda::capture::{self, Recording};
+use cubecl_cuda::external::ExternalTask;
+use cudarc::driver::sys::{self, CUstream};
+use std::any::Any;
+use std::sync::{Arc, mpsc};
+
+type Tensor = CubeTensor<CudaRuntime>;
+
+/// Bytes of a recording's metadata arena: Burn's own kernels' shapes and strides (the generated
+/// kernels have none); a capture that needs more fails with a reason and replays as before.
+const METADATA_ARENA_BYTES: u64 = 1 << 20;
+
+/// Alignment of the outputs copied out of a recording (as cuBLASLt's outputs).
+const ALIGNMENT: u64 = 256;
+
+pub(super) struct CudaGraphs {
+    client: ComputeClient<CudaRuntime>,
+}
+
+/// A recording with the device pointers of its own input and output buffers.
+struct CudaRecorded {
+    recording: Option<Recording>,
+    /// (pointer, bytes) of each static input, then of each static output.
+    inputs: Vec<(u64, u64)>,
+    outputs: Vec<(u64, u64)>,
+    /// Per kernel scalar (in `end`'s order): the recorded kernel and byte offset holding it,
+    /// its dtype, and the bytes written there last (the capture's markers at first).
+    scalars: std::sync::Mutex<Vec<ScalarSite>>,
+}
+
+struct ScalarSite {
+    kernel: usize,
+    offset: usize,
+    dtype: DType,
+    written: Vec<u8>,
+}
+
+/// `value` as a kernel of `dtype` receives it (`ElementConversion`, as the launch converts).
+fn scalar_bytes(value: f64, dtype: DType) -> Vec<u8> {
+    match dtype {
+        DType::F64 => value.to_le_bytes().to_vec(),
+        DType::F16 => half::f16::from_elem(value).to_le_bytes().to_vec(),
+        DType::BF16 => half::bf16::from_elem(value).to_le_bytes().to_vec(),
+        _ => f32::from_elem(value).to_le_bytes().to_vec(),
+    }
+}
+
+impl Recorded for CudaRecorded {
+    fn nodes(&self) -> usize {
+        self.recording.as_ref().map_or(0, |r| r.nodes)
+    }
+}
+
+fn tensor(t: &dyn Any) -> Result<&Tensor, String> {
+    t.downcast_ref::<Tensor>()
+        .ok_or_else(|| "not a CUDA CubeCL tensor".to_string())
+}
+
+/// Bytes a tensor's handle spans from its start.
+fn span(t: &Tensor) -> u64 {
+    t.handle.size_in_used()
+}
+
+impl CudaGraphs {
+    pub(super) fn new(client: ComputeClient<CudaRuntime>) -> Self {
+        Self { client }
+    }
+
+    /// Runs `call` on the device thread, on this thread's stream, with the device pointers of
+    /// `buffers`; waits for its result. The task itself returns `Ok`: a failure here is this
+    /// recording's, never reported as the stream's error.
+    fn on_stream<R: Send + 'static>(
+        &self,
+        buffers: Vec<Handle>,
+        call: impl FnOnce(CUstream, &[u64]) -> R + Send + 'static,
+    ) -> Result<R, String> {
+        let (send, receive) = mpsc::sync_channel(1);
+        let task = ExternalTask::new(Box::new(move |stream, pointers| {
+            let _ = send.send(call(stream, pointers));
+            Ok(())
+        }));
+        let bindings = buffers.into_iter().map(|h| h.binding()).collect();
+        self.client.launch(
+            Box::new(task),
+            CubeCount::Static(1, 1, 1),
+            KernelArguments::new().with_buffers(bindings),
+        );
+        // CubeCL batches queued tasks; a blocking call runs everything queued before it.
+        self.client
+            .exclusive(|| ())
+            .map_err(|e| format!("the device thread: {e:?}"))?;
+        receive
+            .recv()
+            .map_err(|_| "the device thread dropped the recording's task".to_string())
+    }
+}
+
+impl GraphRecorder for CudaGraphs {
+    fn like(&self, t: &dyn Any) -> Result<Box<dyn Any + Send>, String> {
+        let t = tensor(t)?;
+        let mut copy = t.clone();
+        copy.handle = self.client.empty(span(t).max(1) as usize);
+        Ok(Box::new(copy))
+    }
+
+    fn begin(&self) -> Result<(), String> {
+        self.on_stream(Vec::new(), |stream, _| {
+            capture::begin(stream, METADATA_ARENA_BYTES)
+        })?
+    }
+
+    fn end(
+        &self,
+        inputs: &[&dyn Any],
+        outputs: &[&dyn Any],
+        scalars: &[(f64, DType)],
+    ) -> Result<Arc<dyn Recorded>, String> {
+        let inputs = inputs
+            .iter()
+            .map(|t| tensor(*t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let outputs = outputs
+            .iter()
+            .map(|t| tensor(*t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let sizes: Vec<u64> = inputs.iter().chain(&outputs).map(|t| span(t)).collect();
+        let buffers = inputs
+            .iter()
+            .chain(&outputs)
+            .map(|t| t.handle.clone())
+            .collect();
+        let n = inputs.len();
+        // The capture ends first: the pointers of the buffers are then read outside it.
+        let ended = self.on_stream(Vec::new(), |stream, _| capture::end(stream))?;
+        let recording = ended?;
+        let markers: Vec<Vec<u8>> = scalars
+            .iter()
+            .map(|(v, dtype)| scalar_bytes(*v, *dtype))
+            .collect();
+        let sites = match recording.locate(&markers) {
+            Ok(sites) => sites,
+            Err(reason) => {
+                self.release(Arc::new(CudaRecorded {
+                    recording: Some(recording),
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                    scalars: Default::default(),
+                }));
+                return Err(reason);
+            }
+        };
+        let pointers = self.on_stream(buffers, |_, pointers| pointers.to_vec())?;
+        let at = |i: usize| (pointers[i], sizes[i]);
+        let sites = sites
+            .into_iter()
+            .zip(scalars.iter().zip(markers))
+            .map(|((kernel, offset), ((_, dtype), written))| ScalarSite {
+                kernel,
+                offset,
+                dtype: *dtype,
+                written,
+            })
+            .collect();
+        Ok(Arc::new(CudaRecorded {
+            recording: Some(recording),
+            inputs: (0..n).map(at).collect(),
+            outputs: (n..sizes.len()).map(at).collect(),
+            scalars: std::sync::Mutex::new(sites),
+        }))
+    }
+
+    fn launch(
+        &self,
+        recorded: &Arc<dyn Recorded>,
+        inputs: &[&dyn Any],
+        outputs: &[&dyn Any],
+        scalars: &[f64],
+    ) -> Result<Vec<Box<dyn Any + Send>>, String> {
+        let recorded = recorded.clone();
+        let own = (recorded.as_ref() as &dyn Any)
+            .downcast_ref::<CudaRecorded>()
+            .ok_or("not a CUDA recording")?;
+        if own.inputs.len() != inputs.len() || own.outputs.len() != outputs.len() {
+            return Err("the recording's inputs or outputs differ from this replay's".into());
+        }
+        // The scalars that changed since the last launch, written before this one (in the
+        // task: launches queued before it keep their values).
+        let mut writes = Vec::new();
+        {
+            let mut sites = own.scalars.lock().unwrap_or_else(|e| e.into_inner());
+            if sites.len() != scalars.len() {
+                return Err("the recording's scalars differ from this replay's".into());
+            }
+            for (site, value) in sites.iter_mut().zip(scalars) {
+                let bytes = scalar_bytes(*value, site.dtype);
+                if bytes != site.written {
+                    writes.push((site.kernel, site.offset, bytes.clone()));
+                    site.written = bytes;
+                }
+            }
+        }
+        let mut bindings = Vec::with_capacity(inputs.len() + outputs.len());
+        for (t, (_, bytes)) in inputs.iter().zip(&own.inputs) {
+            let t = tensor(*t)?;
+            if span(t) != *bytes {
+                return Err(format!(
+                    "an input spans {} bytes, {bytes} when recorded",
+                    span(t)
+                ));
+            }
+            bindings.push(t.handle.clone());
+        }
+        let mut fresh = Vec::with_capacity(outputs.len());
+        let mut made: Vec<Box<dyn Any + Send>> = Vec::with_capacity(outputs.len());
+        for (t, (_, bytes)) in outputs.iter().zip(&own.outputs) {
+            let t = tensor(*t)?;
+            let handle = Handle::new(
+                StreamId::current(),
+                bytes.next_multiple_of(ALIGNMENT).max(ALIGNMENT),
+            );
+            let mut out = t.clone();
+            out.handle = handle.clone();
+            bindings.push(handle.clone());
+            fresh.push(handle);
+            made.push(Box::new(out));
+        }
+        let n = inputs.len();
+        let call = move |stream: CUstream, pointers: &[u64]| -> Result<(), String> {
+            let own = (recorded.as_ref() as &dyn Any)
+                .downcast_ref::<CudaRecorded>()
+                .expect("checked above");
+            for (src, (dst, bytes)) in pointers[..n].iter().zip(&own.inputs) {
+                copy(*dst, *src, *bytes, stream)?;
+            }
+            let recording = own.recording.as_ref().ok_or("the recording was released")?;
+            recording.patch(&writes)?;
+            recording.launch(stream)?;
+            for (dst, (src, bytes)) in pointers[n..].iter().zip(&own.outputs) {
+                copy(*dst, *src, *bytes, stream)?;
+            }
+            Ok(())
+        };
+        let bindings = bindings.into_iter().map(|h| h.binding()).collect();
+        let task = ExternalTask::with_outputs(Box::new(call), &fresh);
+        self.client.launch(
+            Box::new(task),
+            CubeCount::Static(1, 1, 1),
+            KernelArguments::new().with_buffers(bindings),
+        );
+        Ok(made)
+    }
+
+    fn release(&self, recorded: Arc<dyn Recorded>) {
+        // Dropped on the device thread, in stream order after the graph's last launch: the
+        // graph and its arena are freed where the context is current.
+        let task = ExternalTask::new(Box::new(move |_, _| {
+            drop(recorded);
+            Ok(())
+        }));
+        self.client.launch(
+            Box::new(task),
+            CubeCount::Static(1, 1, 1),
+            KernelArguments::new(),
+        );
+    }
+}
+
+/// `bytes` from device address `src` to `dst`, in stream order.
+fn copy(dst: u64, src: u64, bytes: u64, stream: CUstream) -> Result<(), String> {
+    // SAFETY: both addresses are live buffers of at least `bytes` (the recording's own, and a
+    // binding of the task resolved by the server); the copy is ordered on `stream`.
+    match unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes as usize, stream) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        e => Err(format!("cuMemcpyDtoDAsync: {e:?}")),
+    }
+}
