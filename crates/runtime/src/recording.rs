@@ -50,6 +50,9 @@ pub(crate) struct PlanRecording {
     refused: Option<String>,
     /// A capture with marker scalars failed: record with the real ones, guarded.
     no_markers: bool,
+    /// The ops run on the inner backend whose host values a recording holds, and how each is
+    /// checked: found once per plan, so a replay only reads the values.
+    eager_guards: Option<Vec<(u32, EagerGuard)>>,
     current: Option<Current>,
 }
 
@@ -92,13 +95,21 @@ pub(crate) fn replay<B: BackendIr>(
     ops: &[OperationIr],
     plan: &Arc<Plan>,
     executable: &Executable,
-    walk: impl Fn(Option<&[f64]>),
+    table: &[f64],
+    walk: impl Fn(&[f64]),
 ) -> bool {
     let Some(recorder) = inner.recorder() else {
         return false;
     };
     let mut state = inner.take_recording(plan);
-    let handled = replay_with(inner, recorder, &mut state, ops, plan, executable, &walk);
+    let replay = ReplayParts {
+        ops,
+        plan,
+        executable,
+        table,
+        walk: &walk,
+    };
+    let handled = replay_with(inner, recorder, &mut state, replay);
     inner.put_recording(plan, state);
     handled
 }
@@ -107,25 +118,27 @@ fn replay_with<B: BackendIr>(
     inner: &InnerDevice<B>,
     recorder: &dyn GraphRecorder,
     state: &mut PlanRecording,
-    ops: &[OperationIr],
-    plan: &Plan,
-    executable: &Executable,
-    walk: &dyn Fn(Option<&[f64]>),
+    replay: ReplayParts<'_>,
 ) -> bool {
     if state.refused.is_some() {
         return false;
     }
-    let (table, eager) = match scalars(executable, ops) {
-        Ok(s) => s,
-        Err(reason) => {
-            refuse(state, reason);
-            return false;
-        }
+    let (ops, table) = (replay.ops, replay.table);
+    let guards = match &state.eager_guards {
+        Some(g) => g,
+        None => match eager_guards(replay.executable, ops) {
+            Ok(g) => state.eager_guards.insert(g),
+            Err(reason) => {
+                refuse(state, reason);
+                return false;
+            }
+        },
     };
+    let eager = eager_bits(guards, ops);
     if let Some(current) = &state.current {
-        let now = guard_bits(&current.guarded, &table, &eager);
+        let now = guard_bits(&current.guarded, table, &eager);
         match changed_scalar(&current.guard_bits, &now) {
-            None => match launch(inner, recorder, current, ops, &table) {
+            None => match launch(inner, recorder, current, ops, table) {
                 Ok(()) => {
                     COUNTERS.graph_launches.fetch_add(1, Ordering::Relaxed);
                     return true;
@@ -163,20 +176,14 @@ fn replay_with<B: BackendIr>(
     }
     state.records += 1;
     let markers = !state.no_markers;
-    let replay = ReplayParts {
-        ops,
-        plan,
-        executable,
-        table: &table,
-        walk,
-    };
+    let launches = replay.executable.launches.len();
     match record(inner, recorder, replay, eager, markers) {
         Ok(current) => {
             COUNTERS.recordings.fetch_add(1, Ordering::Relaxed);
             tracing::info!(
                 target: "burn_compile::recordings",
                 "recorded a graph of {} launches ({} device nodes; {} inputs, {} outputs)",
-                executable.launches.len(),
+                launches,
                 current.recorded.nodes(),
                 current.inputs.len(),
                 current.outputs.len()
@@ -211,33 +218,56 @@ fn refuse(state: &mut PlanRecording, reason: String) {
     state.refused = Some(reason);
 }
 
-/// The replay's scalar table, and the scalar operand of each op run on the inner backend (as
-/// bits); an error when such an op holds a host value no check can see.
-fn scalars(executable: &Executable, ops: &[OperationIr]) -> Result<(Vec<f64>, Vec<u64>), String> {
-    let table = executable.scalar_table(ops);
-    let mut eager = Vec::new();
+/// How the host value of an op run on the inner backend is checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EagerGuard {
+    /// Its scalar operand.
+    Scalar,
+    /// Its [`fingerprint`] (host values the scalar operand does not cover).
+    Fingerprint,
+}
+
+/// The ops run on the inner backend that hold host values, and how each is checked; an error
+/// when one draws random values (its seed is drawn when it runs).
+fn eager_guards(
+    executable: &Executable,
+    ops: &[OperationIr],
+) -> Result<Vec<(u32, EagerGuard)>, String> {
+    let mut guards = Vec::new();
     for launch in &executable.launches {
         let op = match launch {
             Launch::Eager { op } | Launch::Activation { op, .. } => *op,
             _ => continue,
         };
-        let operation = &ops[op as usize];
-        if let Some(s) = scalar_operand(operation) {
-            eager.push(s.to_bits());
+        if scalar_operand(&ops[op as usize]).is_some() {
+            guards.push((op, EagerGuard::Scalar));
             continue;
         }
         let name = executable.op_name(op);
         if name.contains("Random") {
-            // Its seed is drawn when it runs: a recording would replay the same draws.
             return Err(format!(
                 "op {op} ({name}) draws random values when it runs; a recording would repeat them"
             ));
         }
         if HOST_VALUES.iter().any(|v| name.contains(v)) {
-            eager.push(fingerprint(operation));
+            guards.push((op, EagerGuard::Fingerprint));
         }
     }
-    Ok((table, eager))
+    Ok(guards)
+}
+
+/// This replay's values of `guards`, as bits.
+fn eager_bits(guards: &[(u32, EagerGuard)], ops: &[OperationIr]) -> Vec<u64> {
+    guards
+        .iter()
+        .map(|(op, guard)| {
+            let op = &ops[*op as usize];
+            match guard {
+                EagerGuard::Scalar => scalar_operand(op).map_or(u64::MAX, f64::to_bits),
+                EagerGuard::Fingerprint => fingerprint(op),
+            }
+        })
+        .collect()
 }
 
 /// A hash of everything `op` holds but its tensor ids (which differ from one replay of a plan
@@ -371,13 +401,13 @@ fn graph_inputs(ops: &[OperationIr]) -> Vec<(Slot, TensorId)> {
 }
 
 /// What one replay hands a recording: its ops, plan, executable, scalar table, and its walk
-/// of the executable (with a scalar table of its own, or the ops').
+/// of the executable (with the scalar table given).
 struct ReplayParts<'a> {
     ops: &'a [OperationIr],
     plan: &'a Plan,
     executable: &'a Executable,
     table: &'a [f64],
-    walk: &'a dyn Fn(Option<&[f64]>),
+    walk: &'a dyn Fn(&[f64]),
 }
 
 /// Records one replay: the graph inputs replaced by buffers of the recording's own, the
@@ -506,8 +536,7 @@ fn capture<B: BackendIr>(
         restore();
         return Err(Failure::Capture(reason));
     }
-    let walked =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| walk(Some(&capture_table))));
+    let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| walk(&capture_table)));
     // Output tensors left by the walk, in op order (each id once).
     let mut outputs = Vec::new();
     let mut seen = FxHashSet::default();

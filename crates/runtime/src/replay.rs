@@ -28,10 +28,12 @@ pub fn execute<B: BackendIr>(
     plan: &Arc<Plan>,
 ) -> Vec<OperationIr> {
     let executable = inner.executable(plan, &ops);
-    let walk = |table: Option<&[f64]>| walk(inner, key, &ops, plan, &executable, table);
-    if !(inner.reduce_overhead() && crate::recording::replay(inner, &ops, plan, &executable, walk))
-    {
-        walk(None);
+    let table = executable.scalar_table(&ops);
+    let walk = |table: &[f64]| walk(inner, key, &ops, plan, &executable, table);
+    let recorded = inner.reduce_overhead()
+        && crate::recording::replay(inner, &ops, plan, &executable, &table, walk);
+    if !recorded {
+        walk(&table);
     }
     ops.clear();
     ops
@@ -44,13 +46,9 @@ fn walk<B: BackendIr>(
     ops: &[OperationIr],
     plan: &Arc<Plan>,
     executable: &Executable,
-    table: Option<&[f64]>,
+    scalars: &[f64],
 ) {
     let profiling = crate::profile::on();
-    let scalars = match table {
-        Some(t) => t.to_vec(),
-        None => executable.scalar_table(ops),
-    };
     // The memory plan's buffers, reserved at once; dropped at the end of the replay (every
     // planned value is freed inside the graph).
     let slab = inner.slab(&executable.slab);

@@ -178,8 +178,6 @@ pub struct Recording {
     arena: u64,
     /// Nodes of the graph.
     pub nodes: usize,
-    /// Bytes of the metadata arena in use.
-    pub metadata_bytes: u64,
     kept: Vec<Binding>,
     kernels: Mutex<Vec<CapturedKernel>>,
 }
@@ -281,11 +279,6 @@ impl Recording {
         Err("patching a recorded kernel needs CUDA 12.8 or later".into())
     }
 
-    /// Buffers the graph binds.
-    pub fn buffers(&self) -> usize {
-        self.kept.len()
-    }
-
     /// Frees the graph and its arena. Called on the device thread (an external task), where the
     /// context is current; a graph launched before runs to its end.
     pub fn destroy(mut self) {
@@ -332,7 +325,6 @@ pub fn end(stream: CUstream) -> Result<Recording, String> {
         graph,
         arena: c.arena,
         nodes: 0,
-        metadata_bytes: c.used,
         kept: c.kept,
         kernels: Mutex::new(c.kernels),
     };
