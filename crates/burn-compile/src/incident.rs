@@ -161,33 +161,16 @@ fn filled(tensor: &TensorIr, seed: &mut u64) -> Result<TensorData, String> {
     }
 }
 
-/// The tensors `ops` read that they do not produce, in order of first use. A tensor an
-/// `Init` op announces (uploaded from data before the graph runs) is an input too.
+/// The tensors `ops` read that they do not produce, in order of first use (an `Init` op's
+/// tensor included), read-only.
 pub fn graph_inputs(ops: &[OperationIr]) -> Vec<TensorIr> {
-    let mut produced: FxHashSet<TensorId> = FxHashSet::default();
-    let mut seen: FxHashSet<TensorId> = FxHashSet::default();
-    let mut inputs = Vec::new();
-    for op in ops {
-        if let OperationIr::Init(init) = op {
-            if seen.insert(init.out.id) {
-                let mut t = init.out.clone();
-                t.status = TensorStatus::ReadOnly;
-                inputs.push(t);
-            }
-            continue;
-        }
-        for t in op.inputs() {
-            if !produced.contains(&t.id) && seen.insert(t.id) {
-                let mut t = t.clone();
-                t.status = TensorStatus::ReadOnly;
-                inputs.push(t);
-            }
-        }
-        for t in op.outputs() {
-            produced.insert(t.id);
-        }
-    }
-    inputs
+    burn_compile_graph::graph_inputs(ops)
+        .into_iter()
+        .map(|input| TensorIr {
+            status: TensorStatus::ReadOnly,
+            ..input.tensor
+        })
+        .collect()
 }
 
 /// The tensors `ops` compute that are still alive after them (not dropped nor consumed), in

@@ -4,11 +4,13 @@
 //! Everything here is backend-free so that it can be tested, hashed and printed without a device.
 
 mod activation;
+mod inputs;
 mod key;
 mod listing;
 mod segment;
 
 pub use activation::Activation;
+pub use inputs::{GraphInput, graph_inputs};
 pub use key::{DimOwner, GraphKey, KeyWriter, OpShape};
 pub use listing::{op_listing, op_name};
 pub use segment::Segment;

@@ -25,7 +25,8 @@ use crate::counters::COUNTERS;
 use crate::executable::{Executable, Launch};
 use crate::targets::{GraphRecorder, Recorded};
 use burn_backend::DType;
-use burn_compile_schedule::{Plan, Slot, scalar_operand};
+use burn_compile_graph::graph_inputs;
+use burn_compile_schedule::{Plan, scalar_operand};
 use burn_ir::{BackendIr, OperationIr, TensorId};
 use burn_std::stream_id::StreamId;
 use rustc_hash::FxHashSet;
@@ -378,28 +379,6 @@ impl Ref {
     }
 }
 
-/// The graph inputs of `ops`: the first op input reading each tensor no earlier op wrote.
-fn graph_inputs(ops: &[OperationIr]) -> Vec<(Slot, TensorId)> {
-    let mut written = FxHashSet::default();
-    let mut seen = FxHashSet::default();
-    let mut inputs = Vec::new();
-    for (op, operation) in ops.iter().enumerate() {
-        for (pos, t) in operation.inputs().enumerate() {
-            if !written.contains(&t.id) && seen.insert(t.id) {
-                inputs.push((
-                    Slot {
-                        op: op as u32,
-                        pos: pos as u8,
-                    },
-                    t.id,
-                ));
-            }
-        }
-        written.extend(operation.outputs().map(|t| t.id));
-    }
-    inputs
-}
-
 /// What one replay hands a recording: its ops, plan, executable, scalar table, and its walk
 /// of the executable (with the scalar table given).
 struct ReplayParts<'a> {
@@ -474,30 +453,17 @@ fn capture<B: BackendIr>(
     };
     let guarded: Vec<usize> = (0..table.len()).filter(|i| !patched.contains(i)).collect();
     let guard_bits = guard_bits(&guarded, table, &eager);
-    let mut inputs: Vec<(Ref, TensorId)> = graph_inputs(ops)
+    let inputs: Vec<(Ref, TensorId)> = graph_inputs(ops)
         .into_iter()
-        .map(|(slot, id)| {
+        .map(|input| {
             let r = Ref {
-                op: slot.op,
-                pos: slot.pos,
-                output: false,
+                op: input.op,
+                pos: input.pos,
+                output: input.init,
             };
-            (r, id)
+            (r, input.tensor.id)
         })
         .collect();
-    // Tensors an op declares that exist before the replay (uploads: `Init`) are inputs too.
-    for (op, operation) in ops.iter().enumerate() {
-        for (pos, t) in operation.outputs().enumerate() {
-            if inner.handle_ref(t.id).is_some() && !inputs.iter().any(|(_, id)| *id == t.id) {
-                let r = Ref {
-                    op: op as u32,
-                    pos: pos as u8,
-                    output: true,
-                };
-                inputs.push((r, t.id));
-            }
-        }
-    }
     let mut originals = Vec::with_capacity(inputs.len());
     for (_, id) in &inputs {
         let Some(original) = inner.handle_ref(*id) else {
@@ -508,6 +474,17 @@ fn capture<B: BackendIr>(
         originals.push(original);
     }
     let input_ids: FxHashSet<TensorId> = inputs.iter().map(|(_, id)| *id).collect();
+    for operation in ops {
+        if let Some(t) = operation
+            .outputs()
+            .find(|t| !input_ids.contains(&t.id) && inner.handle_ref(t.id).is_some())
+        {
+            return Err(Failure::Refused(format!(
+                "tensor {:?}, written inside the graph, exists before its replay",
+                t.id
+            )));
+        }
+    }
     let mut statics = Vec::with_capacity(inputs.len());
     for original in &originals {
         let made = recorder
@@ -712,8 +689,8 @@ mod tests {
         ];
         let inputs = graph_inputs(&ops);
         assert_eq!(inputs.len(), 1);
-        assert_eq!((inputs[0].0.op, inputs[0].0.pos), (0, 0));
-        assert_eq!(inputs[0].1, TensorId::new(1));
+        assert_eq!((inputs[0].op, inputs[0].pos, inputs[0].init), (0, 0, false));
+        assert_eq!(inputs[0].tensor.id, TensorId::new(1));
     }
 
     #[test]
