@@ -79,9 +79,6 @@ pub struct CompileConfig {
     /// read or sync, like an inner-backend panic) instead of a warning and an eager fallback
     /// of its ops (`BURN_COMPILE_STRICT`).
     pub strict: bool,
-    /// Fault injection for testing the fallback: every generated kernel fails to launch
-    /// (`BURN_COMPILE_INJECT_KERNEL_FAILURE`).
-    pub inject_kernel_failure: bool,
     /// Record where in the user's code each break happened and keep readable listings of
     /// graphs (`BURN_COMPILE_DIAGNOSTICS`). Costs a backtrace per break; `explain` and
     /// `fullgraph` turn it on for their region.
@@ -131,16 +128,11 @@ pub struct CompileConfig {
     /// Where replay files go (`BURN_COMPILE_INCIDENT_DIR`; default: `incidents` in the
     /// cache directory).
     pub incident_dir: Option<std::path::PathBuf>,
-    /// Fault injection for testing the fallback: every graph's compile fails
-    /// (`BURN_COMPILE_INJECT_COMPILE_FAILURE`); the graphs run eagerly, or, in strict mode, the
-    /// failure is an error.
-    pub inject_compile_failure: bool,
-    /// Test-only fault: generated kernels compute this op kind wrongly (a unary op as `abs`,
-    /// `abs` as `relu`; a binary op as `sub`, `sub` as `add`; C and CubeCL alike;
-    /// `BURN_COMPILE_INJECT_WRONG_KERNEL`, e.g. `exp`): what the accuracy check must catch
-    /// and bisect to.
-    #[doc(hidden)]
-    pub inject_wrong_kernel: Option<String>,
+    /// Faults injected by this project's own tests (feature `fault-injection`, never on in a
+    /// user's build): what the fallbacks and the accuracy check must handle.
+    #[cfg(feature = "fault-injection")]
+    #[serde(default)]
+    pub faults: Faults,
 }
 
 /// Which sizes of a graph its plan takes as runtime values (symbolic sizes): one plan, and
@@ -168,6 +160,24 @@ pub enum DynamicShapes {
     /// `dynamic = false`: every plan is specialized on every size (each new size recompiles,
     /// up to `recompile_limit`); declared sizes are still range-checked.
     Never,
+}
+
+/// Faults this project's tests inject (feature `fault-injection`; env
+/// `BURN_COMPILE_INJECT_KERNEL_FAILURE`, `BURN_COMPILE_INJECT_COMPILE_FAILURE`,
+/// `BURN_COMPILE_INJECT_WRONG_KERNEL`). Without the feature, a config has none.
+#[doc(hidden)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Faults {
+    /// Every generated kernel fails to launch: its ops fall back to eager, or, in strict mode,
+    /// the failure is an error.
+    pub kernel_failure: bool,
+    /// Every graph's compile fails: the graphs run eagerly, or, in strict mode, the failure is
+    /// an error.
+    pub compile_failure: bool,
+    /// Generated kernels compute this op kind wrongly (a unary op as `abs`, `abs` as `relu`; a
+    /// binary op as `sub`, `sub` as `add`; C and CubeCL alike; e.g. `exp`): what the accuracy
+    /// check must catch and bisect to.
+    pub wrong_kernel: Option<String>,
 }
 
 /// How replays reach the device.
@@ -204,7 +214,6 @@ impl Default for CompileConfig {
             mode: Mode::Default,
             attention_autotune: true,
             strict: false,
-            inject_kernel_failure: false,
             diagnostics: false,
             async_execution: true,
             replay_on_device_thread: false,
@@ -216,8 +225,8 @@ impl Default for CompileConfig {
             accuracy_check: false,
             dump_graphs: false,
             incident_dir: None,
-            inject_compile_failure: false,
-            inject_wrong_kernel: None,
+            #[cfg(feature = "fault-injection")]
+            faults: Faults::default(),
         }
     }
 }
@@ -360,9 +369,6 @@ impl CompileConfig {
         if let Some((k, v)) = get("BURN_COMPILE_STRICT") {
             self.strict = parse_bool(&k, &v)?;
         }
-        if let Some((k, v)) = get("BURN_COMPILE_INJECT_KERNEL_FAILURE") {
-            self.inject_kernel_failure = parse_bool(&k, &v)?;
-        }
         if let Some((k, v)) = get("BURN_COMPILE_DIAGNOSTICS") {
             self.diagnostics = parse_bool(&k, &v)?;
         }
@@ -397,13 +403,27 @@ impl CompileConfig {
         {
             self.incident_dir = Some(v.trim().into());
         }
-        if let Some((k, v)) = get("BURN_COMPILE_INJECT_COMPILE_FAILURE") {
-            self.inject_compile_failure = parse_bool(&k, &v)?;
-        }
-        if let Some((_, v)) = get("BURN_COMPILE_INJECT_WRONG_KERNEL") {
-            self.inject_wrong_kernel = Some(v.trim().to_string()).filter(|v| !v.is_empty());
+        #[cfg(feature = "fault-injection")]
+        {
+            if let Some((k, v)) = get("BURN_COMPILE_INJECT_KERNEL_FAILURE") {
+                self.faults.kernel_failure = parse_bool(&k, &v)?;
+            }
+            if let Some((k, v)) = get("BURN_COMPILE_INJECT_COMPILE_FAILURE") {
+                self.faults.compile_failure = parse_bool(&k, &v)?;
+            }
+            if let Some((_, v)) = get("BURN_COMPILE_INJECT_WRONG_KERNEL") {
+                self.faults.wrong_kernel = Some(v.trim().to_string()).filter(|v| !v.is_empty());
+            }
         }
         Ok(self)
+    }
+
+    /// The faults this config injects (none without the `fault-injection` feature).
+    pub(crate) fn faults(&self) -> Faults {
+        #[cfg(feature = "fault-injection")]
+        return self.faults.clone();
+        #[cfg(not(feature = "fault-injection"))]
+        Faults::default()
     }
 
     /// The directory of built kernels: [`CompileConfig::cache_dir`] or the user's cache.
@@ -417,7 +437,7 @@ impl CompileConfig {
     pub fn runtime(&self) -> burn_compile_runtime::RuntimeConfig {
         burn_compile_runtime::RuntimeConfig {
             strict: self.strict,
-            inject_kernel_failure: self.inject_kernel_failure,
+            inject_kernel_failure: self.faults().kernel_failure,
             attention_autotune: self.attention_autotune,
             replay_on_device_thread: self.replay_on_device_thread,
             vectorize: self.vectorize,

@@ -61,7 +61,8 @@ impl From<&CompileConfig> for PlanConfig {
             faults: {
                 use std::hash::{Hash, Hasher};
                 let mut h = rustc_hash::FxHasher::default();
-                (c.inject_compile_failure, &c.inject_wrong_kernel).hash(&mut h);
+                let faults = c.faults();
+                (faults.compile_failure, &faults.wrong_kernel).hash(&mut h);
                 h.finish()
             },
         }
@@ -473,11 +474,12 @@ impl PlanCache {
             symbolic_sizes: &symbolic_sizes,
         };
         let compiled = catch_unwind(AssertUnwindSafe(|| {
-            if config.inject_compile_failure {
-                panic!("compile failure injected (inject_compile_failure)");
+            let faults = config.faults();
+            if faults.compile_failure {
+                panic!("compile failure injected (faults.compile_failure)");
             }
             let mut plan = schedule(ops, options);
-            if let Some(kind) = &config.inject_wrong_kernel {
+            if let Some(kind) = &faults.wrong_kernel {
                 inject_wrong_kernel(&mut plan, kind);
             }
             plan
@@ -563,7 +565,7 @@ pub(crate) fn plan_on<B: BackendIr>(
     )
 }
 
-/// Test-only fault (`CompileConfig::inject_wrong_kernel`): every generated kernel computes
+/// Test-only fault (`Faults::wrong_kernel`): every generated kernel computes
 /// the ops of `kind` (a unary or binary op's name, as `exp` or `mul`) as another op — a
 /// unary one as `abs` (`relu` for `abs`), a binary one as `sub` (`add` for `sub`) — the wrong
 /// kernel an accuracy check must catch.

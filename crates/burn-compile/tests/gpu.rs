@@ -582,7 +582,10 @@ fn wgpu_failed_kernel_falls_back_to_eager_unless_strict() {
         chain(on(&x), on(&b), s).into_data()
     };
     let injected = CompileConfig {
-        inject_kernel_failure: true,
+        faults: Faults {
+            kernel_failure: true,
+            ..Default::default()
+        },
         ..Default::default()
     };
     configure(&device, injected.clone());
@@ -795,7 +798,7 @@ fn gpu_gradients_through_fused_residual_epilogues_match_eager() {
 // (the config is per device): the kernel always, or timed against the parts (`autotune`).
 
 use burn::tensor::Tolerance;
-use burn_compile::{CompileConfig, configure};
+use burn_compile::{CompileConfig, Faults, configure};
 use std::sync::{Mutex, MutexGuard};
 
 /// Held by each test that configures the default device (the config is per device, tests run

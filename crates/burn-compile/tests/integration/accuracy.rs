@@ -1,5 +1,5 @@
 //! The accuracy check and incident replay on the CPU path: with a deliberately wrong kernel
-//! (the test-only `inject_wrong_kernel` hook: generated kernels compute `exp` as `abs`), the
+//! (the test-only `Faults::wrong_kernel` hook: generated kernels compute `exp` as `abs`), the
 //! check catches the divergence, bisects it to the `exp` op, writes a replay file, and hands
 //! the user eager's values; the replay file reproduces it offline (the library call and the
 //! `burn-compile-replay` command) and, without the fault, replays equal on another backend
@@ -13,7 +13,7 @@ use burn::tensor::{Tensor, TensorData, Tolerance};
 use burn_compile::incident::{
     GraphFile, compare, graph_outputs, replay, run, take_accuracy_reports,
 };
-use burn_compile::{CompileConfig, Compiled, configure, metrics};
+use burn_compile::{CompileConfig, Compiled, Faults, configure, metrics};
 use burn_flex::{Flex, FlexDevice};
 use burn_ndarray::NdArray;
 use std::path::{Path, PathBuf};
@@ -81,7 +81,10 @@ fn accuracy_check_replay_and_dumps() {
         &FlexDevice,
         CompileConfig {
             accuracy_check: true,
-            inject_wrong_kernel: Some("exp".into()),
+            faults: Faults {
+                wrong_kernel: Some("exp".into()),
+                ..Default::default()
+            },
             incident_dir: Some(incidents.clone()),
             ..base.clone()
         },
@@ -108,7 +111,7 @@ fn accuracy_check_replay_and_dumps() {
     // The file reproduces it offline, with its recorded inputs, on Flex and on NdArray.
     let file = GraphFile::read(&path).unwrap();
     assert!(file.inputs.iter().all(|i| i.values.is_some()));
-    assert_eq!(file.config.inject_wrong_kernel.as_deref(), Some("exp"));
+    assert_eq!(file.config.faults.wrong_kernel.as_deref(), Some("exp"));
     for found in [
         replay::<Flex>(&file, &FlexDevice).unwrap(),
         replay::<NdArray>(&file, &Default::default()).unwrap(),
@@ -132,7 +135,7 @@ fn accuracy_check_replay_and_dumps() {
     // Without the fault, the same graph replays equal on NdArray: compiled against eager,
     // and NdArray's eager outputs against Flex's.
     let mut fixed = file.clone();
-    fixed.config.inject_wrong_kernel = None;
+    fixed.config.faults.wrong_kernel = None;
     assert!(
         replay::<NdArray>(&fixed, &Default::default())
             .unwrap()

@@ -1,9 +1,9 @@
 //! A graph whose compile fails runs eagerly: correct results, counted and logged once per
 //! graph; in strict mode the failure is an error at the read. (Fault injection:
-//! `inject_compile_failure`. A process of its own: it configures the one Flex device.)
+//! `Faults::compile_failure`. A process of its own: it configures the one Flex device.)
 
 use burn::tensor::{Tensor, TensorData, Tolerance};
-use burn_compile::{CompileConfig, Compiled, configure, metrics};
+use burn_compile::{CompileConfig, Compiled, Faults, configure, metrics};
 use burn_flex::{Flex, FlexDevice};
 
 use crate::support;
@@ -22,7 +22,10 @@ fn a_failed_compile_runs_eagerly_or_is_a_strict_error() {
     configure(
         &FlexDevice,
         CompileConfig {
-            inject_compile_failure: true,
+            faults: Faults {
+                compile_failure: true,
+                ..Default::default()
+            },
             ..Default::default()
         },
     );
@@ -39,7 +42,10 @@ fn a_failed_compile_runs_eagerly_or_is_a_strict_error() {
     configure(
         &FlexDevice,
         CompileConfig {
-            inject_compile_failure: true,
+            faults: Faults {
+                compile_failure: true,
+                ..Default::default()
+            },
             strict: true,
             ..Default::default()
         },
