@@ -50,7 +50,7 @@ pub use stance::{Stance, eager, set_stance, stance};
 
 pub use burn_compile_graph::GraphKey;
 
-pub use backend::Compiled;
+pub use backend::{Compiled, QuantizedPrimitive};
 
 /// `Compiled<Wgpu>`: raw CubeBackend on wgpu.
 #[cfg(all(feature = "wgpu", not(feature = "wgpu-fusion")))]

@@ -24,7 +24,8 @@ use crate::capture::{BreakReason, CompileChannel, CompileClient};
 use crate::diagnostics;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{
-    Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, Shape, TensorData, TensorMetadata,
+    Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, QTensorPrimitive, Shape,
+    TensorData, TensorMetadata,
 };
 use burn_compile_runtime::InnerDevice;
 use burn_ir::{BackendIr, TensorHandle, TensorIr};
@@ -41,8 +42,11 @@ pub struct Compiled<B>(PhantomData<B>);
 /// The burn-router backend every captured op forwards to.
 type Router<B> = BackendRouter<CompileChannel<B>>;
 
-/// The tensor primitive of `Compiled<B>` (float, int, bool and quantized alike).
+/// The tensor primitive of `Compiled<B>` (float, int and bool; a quantized tensor wraps one in
+/// [`QuantizedPrimitive`]).
 type Primitive<B> = RouterTensor<CompileClient<B>>;
+
+pub use qtensor::QuantizedPrimitive;
 
 impl<B> Clone for Compiled<B> {
     fn clone(&self) -> Self {
@@ -70,7 +74,7 @@ impl<B: BackendIr> BackendTypes for Compiled<B> {
     type IntElem = B::IntElem;
     type BoolTensorPrimitive = Primitive<B>;
     type BoolElem = B::BoolElem;
-    type QuantizedTensorPrimitive = Primitive<B>;
+    type QuantizedTensorPrimitive = QuantizedPrimitive<B>;
 }
 
 impl<B: BackendIr> Backend for Compiled<B> {
@@ -190,8 +194,10 @@ impl<'a, B: BackendIr> Eager<'a, B> {
         self.register(B::int_tensor_handle(tensor), shape, dtype)
     }
 
-    fn register_quantized(&self, tensor: QuantizedTensor<B>) -> Primitive<B> {
+    fn register_quantized(&self, tensor: QuantizedTensor<B>) -> QuantizedPrimitive<B> {
         let (shape, dtype) = (tensor.shape(), tensor.dtype());
-        self.register(B::quantized_tensor_handle(tensor), shape, dtype)
+        let (acc, propagation) = (tensor.acc_precision(), tensor.propagation());
+        let tensor = self.register(B::quantized_tensor_handle(tensor), shape, dtype);
+        QuantizedPrimitive::new(tensor, acc, propagation)
     }
 }

@@ -7,14 +7,83 @@
 //! tensor. The ops the trait implements by default (`q_add`, `q_matmul`, …) dequantize, run the
 //! float op (captured) and quantize again.
 
-use super::{Compiled, Eager, client, eager, eager_quantized};
+use super::{Compiled, Eager, Primitive, client, eager, eager_quantized};
 use crate::capture::BreakReason;
 use burn_backend::ops::QTensorOps;
 use burn_backend::quantization::{QuantScheme, QuantizationParametersPrimitive};
 use burn_backend::tensor::{Device, FloatTensor, IntTensor, QuantizedTensor};
-use burn_backend::{ExecutionError, FloatDType, Shape, Slice, TensorData};
-use burn_ir::BackendIr;
+use burn_backend::{
+    DType, ExecutionError, FloatDType, QTensorPrimitive, Shape, Slice, TensorData, TensorMetadata,
+};
+use burn_ir::{BackendIr, TensorIr};
 use burn_router::RunnerClient;
+use burn_std::quantization::{QuantAcc, QuantPropagation};
+
+/// A quantized tensor of `Compiled<B>`: the registered tensor, with what the inner backend's
+/// tensor said of its accumulation and propagation. Its own type (not burn-router's tensor,
+/// as for the other kinds) so that it reports the inner backend's quantization defaults:
+/// burn-router's reports Burn's generic default scheme (values packed in `u32`), which a
+/// backend storing `i8` natively (Flex, NdArray) does not use.
+#[derive(Clone, Debug)]
+pub struct QuantizedPrimitive<B: BackendIr> {
+    tensor: Primitive<B>,
+    acc: QuantAcc,
+    propagation: QuantPropagation,
+}
+
+impl<B: BackendIr> QuantizedPrimitive<B> {
+    pub(super) fn new(tensor: Primitive<B>, acc: QuantAcc, propagation: QuantPropagation) -> Self {
+        Self {
+            tensor,
+            acc,
+            propagation,
+        }
+    }
+
+    fn into_ir(self) -> TensorIr {
+        self.tensor.into_ir()
+    }
+}
+
+impl<B: BackendIr> std::ops::Deref for QuantizedPrimitive<B> {
+    type Target = Primitive<B>;
+
+    fn deref(&self) -> &Primitive<B> {
+        &self.tensor
+    }
+}
+
+impl<B: BackendIr> TensorMetadata for QuantizedPrimitive<B> {
+    fn dtype(&self) -> DType {
+        self.tensor.dtype()
+    }
+
+    fn shape(&self) -> Shape {
+        self.tensor.shape()
+    }
+
+    fn rank(&self) -> usize {
+        self.tensor.rank()
+    }
+}
+
+impl<B: BackendIr> QTensorPrimitive for QuantizedPrimitive<B> {
+    fn scheme(&self) -> &QuantScheme {
+        self.tensor.scheme()
+    }
+
+    fn acc_precision(&self) -> QuantAcc {
+        self.acc
+    }
+
+    fn propagation(&self) -> QuantPropagation {
+        self.propagation
+    }
+
+    fn default_scheme() -> QuantScheme {
+        <QuantizedTensor<B> as QTensorPrimitive>::default_scheme()
+    }
+}
 
 impl<B: BackendIr> QTensorOps<Self> for Compiled<B> {
     fn q_from_data(data: TensorData, device: &Device<Self>) -> QuantizedTensor<Self> {

@@ -3,7 +3,8 @@
 //! with eager `Flex` on the same inputs, and every eager op's break is checked in `explain`.
 
 use burn::tensor::quantization::{
-    Calibration, QuantScheme, QuantStore, QuantValue, compute_q_params, compute_range,
+    Calibration, QTensorPrimitive, QuantLevel, QuantScheme, QuantStore, QuantValue,
+    compute_q_params, compute_range,
 };
 use burn::tensor::signal::{irfft, rfft};
 use burn::tensor::{Bool, DType, Int, Tensor, TensorData, Tolerance, bf16, f16};
@@ -72,6 +73,65 @@ fn an_f16_tensor_and_an_int_tensor_keep_their_dtype() {
     let eager = (Tensor::<Flex, 2, Int>::from_data(ints, (&device, DType::I32)) * 2).into_data();
     assert_eq!(compiled.dtype, DType::I32);
     compiled.assert_eq(&eager, true);
+}
+
+/// `B`'s default quantization scheme, as a user reaches it.
+fn default_scheme<B: burn::tensor::backend::Backend>() -> QuantScheme {
+    <B::QuantizedTensorPrimitive as QTensorPrimitive>::default_scheme()
+}
+
+/// Quantized data made by `B` with its own default scheme (symmetric int8, per tensor and per
+/// block of 4), read back after a `from_data` on `B` and on `Compiled<B>`: the compiled backend
+/// reports `B`'s default scheme, quantizes with it as `B` does, and returns `B`'s data, scheme
+/// and bytes alike (a regression: it reported Burn's generic default, values packed in `u32`).
+fn quantized_round_trip_keeps_the_scheme<B: burn::tensor::backend::Backend>()
+where
+    B: burn_ir::BackendIr,
+{
+    let device = Default::default();
+    for level in [QuantLevel::Tensor, QuantLevel::block([4])] {
+        let scheme = default_scheme::<B>()
+            .with_value(QuantValue::Q8S)
+            .with_level(level);
+        let made = Tensor::<B, 2>::from_data(data([4, 8], 6), &device)
+            .quantize_dynamic(&scheme)
+            .into_data();
+        // Quantized on the compiled backend with its own default scheme: the same data.
+        let compiled_scheme = default_scheme::<Compiled<B>>()
+            .with_value(QuantValue::Q8S)
+            .with_level(level);
+        let compiled = Tensor::<Compiled<B>, 2>::from_data(data([4, 8], 6), &device)
+            .quantize_dynamic(&compiled_scheme)
+            .into_data();
+        assert_eq!(compiled.dtype, made.dtype, "{level:?}");
+        assert_eq!(compiled.as_bytes(), made.as_bytes(), "{level:?}");
+        let eager = Tensor::<B, 2>::from_data(made.clone(), &device).into_data();
+        let compiled = Tensor::<Compiled<B>, 2>::from_data(made.clone(), &device).into_data();
+        assert_eq!(compiled.dtype, eager.dtype, "{level:?}");
+        assert_eq!(compiled.shape, eager.shape, "{level:?}");
+        assert_eq!(compiled.as_bytes(), eager.as_bytes(), "{level:?}");
+        // And dequantized, through a captured op.
+        let eager =
+            (Tensor::<B, 2>::from_data(made.clone(), &device).dequantize() * 2.0).into_data();
+        let compiled =
+            (Tensor::<Compiled<B>, 2>::from_data(made, &device).dequantize() * 2.0).into_data();
+        compiled.assert_eq(&eager, true);
+    }
+    assert_eq!(default_scheme::<Compiled<B>>(), default_scheme::<B>());
+}
+
+#[test]
+fn quantized_data_keeps_the_inner_backends_scheme_on_flex() {
+    crate::own_process!(quantized_data_keeps_the_inner_backends_scheme_on_flex);
+    let _serial = serial();
+    quantized_round_trip_keeps_the_scheme::<Flex>();
+}
+
+#[test]
+fn quantized_data_keeps_the_inner_backends_scheme_on_ndarray() {
+    crate::own_process!(quantized_data_keeps_the_inner_backends_scheme_on_ndarray);
+    let _serial = serial();
+    quantized_round_trip_keeps_the_scheme::<burn_ndarray::NdArray>();
 }
 
 #[test]
