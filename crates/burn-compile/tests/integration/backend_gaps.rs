@@ -84,10 +84,7 @@ fn default_scheme<B: burn::tensor::backend::Backend>() -> QuantScheme {
 /// block of 4), read back after a `from_data` on `B` and on `Compiled<B>`: the compiled backend
 /// reports `B`'s default scheme, quantizes with it as `B` does, and returns `B`'s data, scheme
 /// and bytes alike (a regression: it reported Burn's generic default, values packed in `u32`).
-fn quantized_round_trip_keeps_the_scheme<B: burn::tensor::backend::Backend>()
-where
-    B: burn_ir::BackendIr,
-{
+fn quantized_round_trip_keeps_the_scheme<B: burn_ir::BackendIr>() {
     let device = Default::default();
     for level in [QuantLevel::Tensor, QuantLevel::block([4])] {
         let scheme = default_scheme::<B>()
