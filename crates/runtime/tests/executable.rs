@@ -3,56 +3,20 @@
 
 use TensorStatus::*;
 use burn::tensor::{Tensor, TensorData, Tolerance};
-use burn_backend::{DType, Shape};
-use burn_compile_graph::{Activation, KeyWriter};
+use burn_backend::DType;
+use burn_compile_graph::KeyWriter;
 use burn_compile_runtime::targets::{KernelTarget, Lowering, Work};
 use burn_compile_runtime::{Binding, Executable, InnerDevice, Launch, ScalarSource, execute};
-use burn_compile_schedule::{MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, schedule};
 use burn_flex::{Flex, FlexDevice, FlexTensor};
-use burn_ir::{
-    BinaryOpIr, CustomOpIr, LinearOpIr, ModuleOperationIr, NumericOperationIr, OperationIr,
-    ScalarIr, ScalarOpIr, TensorId, TensorIr, TensorStatus,
-};
+use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 use std::sync::{Arc, Mutex};
 
+#[path = "../../schedule/tests/support/mod.rs"]
+mod support;
+use support::{add, add_scalar, linear, mul_scalar, plan, relu};
+
 fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
-    TensorIr {
-        id: TensorId::new(id),
-        shape: Shape::from(shape.to_vec()),
-        status,
-        dtype: DType::F32,
-    }
-}
-
-fn linear(x: TensorIr, w: TensorIr, b: TensorIr, o: &[usize], id: u64) -> OperationIr {
-    OperationIr::Module(ModuleOperationIr::Linear(LinearOpIr {
-        x,
-        weight: w,
-        bias: Some(b),
-        out: t(id, o, NotInit),
-    }))
-}
-
-fn relu(input: TensorIr, id: u64) -> OperationIr {
-    let out = t(id, &input.shape.to_vec(), NotInit);
-    OperationIr::Custom(CustomOpIr {
-        id: Activation::Relu.op_id(),
-        inputs: vec![input],
-        outputs: vec![out],
-    })
-}
-
-fn numeric(op: NumericOperationIr) -> OperationIr {
-    OperationIr::NumericFloat(DType::F32, op)
-}
-
-fn scalar(lhs: TensorIr, s: f64, id: u64) -> ScalarOpIr {
-    let out = t(id, &lhs.shape.to_vec(), NotInit);
-    ScalarOpIr {
-        lhs,
-        rhs: ScalarIr::Float(s),
-        out,
-    }
+    support::tensor(id, shape, status, DType::F32)
 }
 
 /// A feed-forward block and its residual, then `(y * lr) + 2`: two library matmuls and one
@@ -63,58 +27,26 @@ fn block(lr: f64) -> Vec<OperationIr> {
         linear(
             t(1, x, ReadOnly),
             t(10, &[32, 64], ReadOnly),
-            t(11, &[64], ReadOnly),
-            h,
+            Some(t(11, &[64], ReadOnly)),
             2,
         ),
         relu(t(2, h, ReadWrite), 3),
         linear(
             t(3, h, ReadWrite),
             t(12, &[64, 32], ReadOnly),
-            t(13, &[32], ReadOnly),
-            x,
+            Some(t(13, &[32], ReadOnly)),
             5,
         ),
-        numeric(NumericOperationIr::Add(BinaryOpIr {
-            lhs: t(5, x, ReadWrite),
-            rhs: t(1, x, ReadWrite),
-            out: t(6, x, NotInit),
-        })),
-        numeric(NumericOperationIr::MulScalar(scalar(
-            t(6, x, ReadWrite),
-            lr,
-            7,
-        ))),
-        numeric(NumericOperationIr::AddScalar(scalar(
-            t(7, x, ReadWrite),
-            2.0,
-            8,
-        ))),
+        add(t(5, x, ReadWrite), t(1, x, ReadWrite), 6),
+        mul_scalar(t(6, x, ReadWrite), lr, 7),
+        add_scalar(t(7, x, ReadWrite), 2.0, 8),
     ]
-}
-
-fn plan(ops: &[OperationIr]) -> Plan {
-    let pointwise: &dyn Fn(&PointwiseKernel) -> bool = &|_| true;
-    let library: &dyn Fn(&MatmulGroup) -> bool = &|_| true;
-    schedule(
-        ops,
-        ScheduleOptions {
-            dead_code_elimination: true,
-            common_subexpressions: true,
-            pointwise: Some(pointwise),
-            max_kernel_buffers: usize::MAX,
-            matmul: Some(library),
-            attention: None,
-            memory_planning: true,
-            symbolic_sizes: &[],
-        },
-    )
 }
 
 #[test]
 fn a_feed_forward_block_lowers_to_two_library_calls_and_one_kernel() {
     let ops = block(0.5);
-    let plan = plan(&ops);
+    let plan = plan(&ops, true, false);
     let executable = Executable::lower(&plan, &ops);
     insta::with_settings!({ snapshot_path => "../../../snapshots/runtime", description => "block(0.5): relu(linear(x)), linear + x, then * lr + 2" }, {
         insta::assert_snapshot!("feed_forward_block", executable.to_string());
@@ -160,10 +92,14 @@ fn a_feed_forward_block_lowers_to_two_library_calls_and_one_kernel() {
 #[test]
 fn scalars_are_read_from_each_replays_ops_never_frozen() {
     let first = block(0.5);
-    let executable = Executable::lower(&plan(&first), &first);
+    let executable = Executable::lower(&plan(&first, true, false), &first);
     assert_eq!(executable.scalar_table(&first), vec![0.5, 2.0]);
     let later = block(0.125);
-    assert_eq!(plan(&later), plan(&first), "the same plan serves both");
+    assert_eq!(
+        plan(&later, true, false),
+        plan(&first, true, false),
+        "the same plan serves both"
+    );
     assert_eq!(executable.scalar_table(&later), vec![0.125, 2.0]);
 }
 
@@ -218,7 +154,7 @@ impl KernelTarget<FlexTensor> for Recording {
 fn the_replay_offers_each_launch_once_with_this_replays_scalars() {
     let target = Arc::new(Recording::default());
     let inner = InnerDevice::<Flex>::with_target(FlexDevice, Some(target.clone()));
-    let plan = Arc::new(plan(&block(0.5)));
+    let plan = Arc::new(plan(&block(0.5), true, false));
     for (step, lr) in [0.5, 0.125].into_iter().enumerate() {
         let ops = block(lr);
         let inputs: [(u64, &[usize]); 5] = [

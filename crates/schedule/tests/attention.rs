@@ -4,15 +4,14 @@
 use TensorStatus::*;
 use burn_backend::{BoolStore, DType};
 use burn_compile_graph::Activation;
-use burn_compile_schedule::{
-    AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, Step, schedule,
-};
+use burn_compile_schedule::{AttentionGroup, PointwiseKernel, ScheduleOptions, Step, schedule};
 use burn_ir::{
-    BaseOperationIr, CustomOpIr, FloatOperationIr, MaskFillOpIr, MatmulOpIr, NumericOperationIr,
-    OperationIr, ScalarIr, ScalarOpIr, SwapDimsOpIr, TensorIr, TensorStatus, UnaryOpIr,
+    BaseOperationIr, CustomOpIr, MaskFillOpIr, OperationIr, ScalarIr, SwapDimsOpIr, TensorIr,
+    TensorStatus,
 };
 
 mod support;
+use support::{div_scalar, exp, matmul, mul_scalar, plan};
 
 const B: usize = 2;
 const H: usize = 4;
@@ -35,38 +34,6 @@ fn swap(input: TensorIr, d1: usize, d2: usize, o: u64) -> OperationIr {
     }))
 }
 
-fn matmul(lhs: TensorIr, rhs: TensorIr, o: u64) -> OperationIr {
-    let (l, r) = (lhs.shape.to_vec(), rhs.shape.to_vec());
-    let shape = [l[0], l[1], l[2], r[3]];
-    let dtype = lhs.dtype;
-    OperationIr::Float(
-        dtype,
-        FloatOperationIr::Matmul(MatmulOpIr {
-            lhs,
-            rhs,
-            out: out(o, &shape, dtype),
-        }),
-    )
-}
-
-fn scalar(lhs: TensorIr, value: f64, o: u64, div: bool) -> OperationIr {
-    let shape = lhs.shape.to_vec();
-    let dtype = lhs.dtype;
-    let op = ScalarOpIr {
-        lhs,
-        rhs: ScalarIr::Float(value),
-        out: out(o, &shape, dtype),
-    };
-    OperationIr::NumericFloat(
-        dtype,
-        if div {
-            NumericOperationIr::DivScalar(op)
-        } else {
-            NumericOperationIr::MulScalar(op)
-        },
-    )
-}
-
 fn softmax(input: TensorIr, dim: usize, o: u64) -> OperationIr {
     let shape = input.shape.to_vec();
     let dtype = input.dtype;
@@ -75,18 +42,6 @@ fn softmax(input: TensorIr, dim: usize, o: u64) -> OperationIr {
         inputs: vec![input],
         outputs: vec![out(o, &shape, dtype)],
     })
-}
-
-fn exp(input: TensorIr, o: u64) -> OperationIr {
-    let shape = input.shape.to_vec();
-    let dtype = input.dtype;
-    OperationIr::Float(
-        dtype,
-        FloatOperationIr::Exp(UnaryOpIr {
-            input,
-            out: out(o, &shape, dtype),
-        }),
-    )
 }
 
 /// What may differ from MHA's forward in a test graph.
@@ -132,7 +87,11 @@ fn mha(m: Mha) -> Vec<OperationIr> {
     let mut ops = vec![
         swap(t(2, qkv, ReadWrite), 2, 3, 4),
         matmul(t(1, qkv, q_status), t(4, kt, ReadWrite), 5),
-        scalar(t(5, sc, ReadWrite), m.scale.1, 6, m.scale.0),
+        if m.scale.0 {
+            div_scalar(t(5, sc, ReadWrite), m.scale.1, 6)
+        } else {
+            mul_scalar(t(5, sc, ReadWrite), m.scale.1, 6)
+        },
     ];
     let mut scaled = 6;
     if m.masked {
@@ -160,29 +119,10 @@ fn mha(m: Mha) -> Vec<OperationIr> {
     ops
 }
 
-fn plan(ops: &[OperationIr], attention: bool) -> Plan {
-    let pointwise: &dyn Fn(&PointwiseKernel) -> bool = &|_| true;
-    let library: &dyn Fn(&MatmulGroup) -> bool = &|_| true;
-    let flash: &dyn Fn(&AttentionGroup) -> bool = &|_| true;
-    schedule(
-        ops,
-        ScheduleOptions {
-            dead_code_elimination: true,
-            common_subexpressions: true,
-            pointwise: Some(pointwise),
-            max_kernel_buffers: usize::MAX,
-            matmul: Some(library),
-            attention: attention.then_some(flash),
-            memory_planning: true,
-            symbolic_sizes: &[],
-        },
-    )
-}
-
 #[test]
 fn multi_head_attention_becomes_one_attention_kernel() {
     let ops = mha(MHA);
-    let p = plan(&ops, true);
+    let p = plan(&ops, true, true);
     assert_eq!(
         p.attention,
         vec![AttentionGroup {
@@ -218,12 +158,12 @@ fn a_multiplication_by_the_inverse_root_is_the_default_scale_too() {
         scale: (false, 0.25),
         ..MHA
     });
-    assert_eq!(plan(&ops, true).attention_kernels(), 1);
+    assert_eq!(plan(&ops, true, true).attention_kernels(), 1);
 }
 
 #[test]
 fn without_the_attention_option_the_parts_are_library_matmuls_and_a_softmax() {
-    let p = plan(&mha(MHA), false);
+    let p = plan(&mha(MHA), true, false);
     assert_eq!(p.attention_kernels(), 0);
     assert_eq!(p.library_matmuls().0, 2);
 }
@@ -269,7 +209,7 @@ fn attention_that_differs_from_the_attention_op_keeps_its_parts() {
         ),
     ];
     for (why, m) in cases {
-        let p = plan(&mha(m), true);
+        let p = plan(&mha(m), true, true);
         assert_eq!(p.attention_kernels(), 0, "{why}");
         assert_eq!(p.library_matmuls().0, 2, "{why}: both products still run");
     }
@@ -307,7 +247,7 @@ fn w1_attention_snapshot() {
         scale: (true, 8.0),
         ..MHA
     });
-    let p = plan(&ops, true);
+    let p = plan(&ops, true, true);
     let mut text = p.kernel_summaries().join("\n");
     text.push_str(&format!("\nsteps: {:?}\n", p.steps));
     text.push_str(&format!("{:#?}", p.attention));

@@ -3,16 +3,15 @@
 use TensorStatus::*;
 use burn_backend::DType;
 use burn_compile_graph::Activation;
-use burn_compile_schedule::{
-    MatmulGroup, MatmulKind, Plan, PointwiseKernel, Residual, ScheduleOptions, Step, schedule,
-};
+use burn_compile_schedule::{MatmulGroup, MatmulKind, Residual, ScheduleOptions, Step, schedule};
 use burn_ir::{
-    BinaryOpIr, FloatOperationIr, LinearOpIr, LinearWeightBackwardOpIr, LinearXBackwardOpIr,
-    MatmulOpIr, ModuleOperationIr, NumericOperationIr, OperationIr, TensorIr, TensorStatus,
+    FloatOperationIr, LinearWeightBackwardOpIr, LinearXBackwardOpIr, MatmulOpIr, ModuleOperationIr,
+    OperationIr, TensorIr, TensorStatus,
 };
 
 mod support;
 use support::relu;
+use support::{add, div_scalar, linear, matmul, mul_scalar, plan};
 
 fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
     support::tensor(id, shape, status, DType::BF16)
@@ -20,45 +19,6 @@ fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
 
 fn out(id: u64, shape: &[usize]) -> TensorIr {
     t(id, shape, NotInit)
-}
-
-fn linear(x: TensorIr, w: TensorIr, b: Option<TensorIr>, o: &[usize], id: u64) -> OperationIr {
-    OperationIr::Module(ModuleOperationIr::Linear(LinearOpIr {
-        x,
-        weight: w,
-        bias: b,
-        out: out(id, o),
-    }))
-}
-
-fn add(lhs: TensorIr, rhs: TensorIr, id: u64) -> OperationIr {
-    let shape = lhs.shape.to_vec();
-    OperationIr::NumericFloat(
-        DType::BF16,
-        NumericOperationIr::Add(BinaryOpIr {
-            lhs,
-            rhs,
-            out: out(id, &shape),
-        }),
-    )
-}
-
-fn plan(ops: &[OperationIr], matmul: bool) -> Plan {
-    let pointwise: &dyn Fn(&PointwiseKernel) -> bool = &|_| true;
-    let library: &dyn Fn(&MatmulGroup) -> bool = &|_| true;
-    schedule(
-        ops,
-        ScheduleOptions {
-            dead_code_elimination: true,
-            common_subexpressions: true,
-            pointwise: Some(pointwise),
-            max_kernel_buffers: usize::MAX,
-            matmul: matmul.then_some(library),
-            attention: None,
-            memory_planning: true,
-            symbolic_sizes: &[],
-        },
-    )
 }
 
 /// The feed-forward block: 3 = relu(linear(x1, w1, b1)); 5 = linear(3, w2, b2); 6 = 5 + x1.
@@ -69,7 +29,6 @@ fn feed_forward(relu_consumes: bool) -> Vec<OperationIr> {
             t(1, x, ReadOnly),
             t(10, &[32, 64], ReadOnly),
             Some(t(11, &[64], ReadOnly)),
-            h,
             2,
         ),
         relu(t(2, h, if relu_consumes { ReadWrite } else { ReadOnly }), 3),
@@ -77,7 +36,6 @@ fn feed_forward(relu_consumes: bool) -> Vec<OperationIr> {
             t(3, h, ReadWrite),
             t(12, &[64, 32], ReadOnly),
             Some(t(13, &[32], ReadOnly)),
-            x,
             5,
         ),
         add(t(5, x, ReadWrite), t(1, x, ReadWrite), 6),
@@ -91,7 +49,7 @@ fn feed_forward(relu_consumes: bool) -> Vec<OperationIr> {
 
 #[test]
 fn the_feed_forward_block_is_two_library_matmuls_with_bias_relu_and_bias_residual_epilogues() {
-    let p = plan(&feed_forward(true), true);
+    let p = plan(&feed_forward(true), true, false);
     // The second product's residual add is its C: no kernel of its own.
     assert_eq!(
         p.steps,
@@ -119,45 +77,17 @@ fn the_feed_forward_block_is_two_library_matmuls_with_bias_relu_and_bias_residua
     assert_eq!(p.memory.matmul, vec![Some(0), None]);
 }
 
-fn scale(x: TensorIr, s: f32, divide: bool, id: u64) -> OperationIr {
-    let shape = x.shape.to_vec();
-    let d = burn_ir::ScalarOpIr {
-        lhs: x,
-        rhs: burn_ir::ScalarIr::Float(s as f64),
-        out: out(id, &shape),
-    };
-    OperationIr::NumericFloat(
-        DType::BF16,
-        if divide {
-            NumericOperationIr::DivScalar(d)
-        } else {
-            NumericOperationIr::MulScalar(d)
-        },
-    )
-}
-
-fn matmul(lhs: TensorIr, rhs: TensorIr, o: &[usize], id: u64) -> OperationIr {
-    OperationIr::Float(
-        DType::BF16,
-        FloatOperationIr::Matmul(MatmulOpIr {
-            lhs,
-            rhs,
-            out: out(id, o),
-        }),
-    )
-}
-
 #[test]
 fn a_scaled_product_plus_a_residual_then_relu_is_one_call() {
     // 4 = relu(r + (a @ b) / 8): α = 1/8, C = r, ReLU last — the order cuBLASLt applies them.
     let (a, b, o) = (&[4, 16, 32][..], &[4, 32, 8][..], &[4, 16, 8][..]);
     let ops = vec![
-        matmul(t(1, a, ReadOnly), t(2, b, ReadOnly), o, 3),
-        scale(t(3, o, ReadWrite), 8.0, true, 4),
+        matmul(t(1, a, ReadOnly), t(2, b, ReadOnly), 3),
+        div_scalar(t(3, o, ReadWrite), 8.0, 4),
         add(t(9, o, ReadOnly), t(4, o, ReadWrite), 5),
         relu(t(5, o, ReadWrite), 6),
     ];
-    let p = plan(&ops, true);
+    let p = plan(&ops, true, false);
     assert_eq!(p.steps, vec![Step::Matmul { group: 0 }]);
     let g = &p.matmul[0];
     assert_eq!(
@@ -183,11 +113,11 @@ fn epilogues_cublaslt_cannot_apply_in_that_order_are_left_out() {
     // A scale after a bias: α would not scale the bias. It fuses with the pointwise add
     // after it instead.
     let scaled_bias = vec![
-        linear(t(1, x, ReadOnly), w(), b(), o, 2),
-        scale(t(2, o, ReadWrite), 0.5, false, 3),
+        linear(t(1, x, ReadOnly), w(), b(), 2),
+        mul_scalar(t(2, o, ReadWrite), 0.5, 3),
         add(t(3, o, ReadWrite), t(9, o, ReadOnly), 4),
     ];
-    let p = plan(&scaled_bias, true);
+    let p = plan(&scaled_bias, true, false);
     assert_eq!(p.matmul[0].scale, None);
     assert_eq!(p.matmul[0].residual, None);
     assert_eq!(
@@ -197,11 +127,11 @@ fn epilogues_cublaslt_cannot_apply_in_that_order_are_left_out() {
     // A ReLU before the residual add: cuBLASLt's ReLU comes after C. The ReLU fuses, the add
     // runs on its own.
     let relu_first = vec![
-        linear(t(1, x, ReadOnly), w(), b(), o, 2),
+        linear(t(1, x, ReadOnly), w(), b(), 2),
         relu(t(2, o, ReadWrite), 3),
         add(t(3, o, ReadWrite), t(9, o, ReadOnly), 4),
     ];
-    let p = plan(&relu_first, true);
+    let p = plan(&relu_first, true, false);
     assert_eq!((p.matmul[0].relu, p.matmul[0].residual), (Some(1), None));
     assert_eq!(
         p.steps,
@@ -211,7 +141,7 @@ fn epilogues_cublaslt_cannot_apply_in_that_order_are_left_out() {
     // read again after the add are not C.
     let not_c = |second: TensorIr, again: bool| {
         let mut ops = vec![
-            linear(t(1, x, ReadOnly), w(), None, o, 2),
+            linear(t(1, x, ReadOnly), w(), None, 2),
             add(t(2, o, if again { ReadOnly } else { ReadWrite }), second, 4),
         ];
         if again {
@@ -224,7 +154,7 @@ fn epilogues_cublaslt_cannot_apply_in_that_order_are_left_out() {
         ("itself", not_c(t(2, o, ReadWrite), false)),
         ("read again", not_c(t(9, o, ReadOnly), true)),
     ] {
-        let p = plan(&ops, true);
+        let p = plan(&ops, true, false);
         assert_eq!(p.matmul[0].residual, None, "{what}");
     }
 }
@@ -234,11 +164,11 @@ fn a_sum_of_two_products_is_the_second_calls_residual_only() {
     // 4 = x @ w1 + x @ w2: the first call runs before the second product exists.
     let (x, o) = (&[2, 16, 32][..], &[2, 16, 64][..]);
     let ops = vec![
-        linear(t(1, x, ReadOnly), t(10, &[32, 64], ReadOnly), None, o, 2),
-        linear(t(1, x, ReadOnly), t(11, &[32, 64], ReadOnly), None, o, 3),
+        linear(t(1, x, ReadOnly), t(10, &[32, 64], ReadOnly), None, 2),
+        linear(t(1, x, ReadOnly), t(11, &[32, 64], ReadOnly), None, 3),
         add(t(2, o, ReadWrite), t(3, o, ReadWrite), 4),
     ];
-    let p = plan(&ops, true);
+    let p = plan(&ops, true, false);
     assert_eq!(p.matmul[0].residual, None);
     assert_eq!(p.matmul[1].residual, Some(Residual { op: 2, input: 0 }));
     assert_eq!(
@@ -262,7 +192,7 @@ fn a_gradient_accumulated_onto_a_product_is_its_residual() {
             7,
         ),
     ];
-    let p = plan(&ops, true);
+    let p = plan(&ops, true, false);
     assert_eq!(p.steps, vec![Step::Matmul { group: 0 }]);
     assert_eq!(p.matmul[0].residual, Some(Residual { op: 1, input: 1 }));
     assert_eq!(
@@ -273,7 +203,7 @@ fn a_gradient_accumulated_onto_a_product_is_its_residual() {
 
 #[test]
 fn a_relu_whose_input_is_read_again_is_not_fused() {
-    let p = plan(&feed_forward(false), true);
+    let p = plan(&feed_forward(false), true, false);
     assert_eq!(p.matmul[0].relu, None);
     assert_eq!(p.steps[0], Step::Matmul { group: 0 });
     // The ReLU runs on its own, with the inner backend's activation kernel.
@@ -288,7 +218,7 @@ fn a_relu_whose_input_is_read_again_is_not_fused() {
 
 #[test]
 fn without_a_library_matmul_the_inner_backend_runs_the_products() {
-    let p = plan(&feed_forward(true), false);
+    let p = plan(&feed_forward(true), false, false);
     assert!(p.matmul.is_empty());
     assert_eq!(p.steps[0], Step::Eager { op: 0 });
     assert_eq!(p.steps[2], Step::Eager { op: 2 });
@@ -318,7 +248,11 @@ fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
             },
         )),
     ];
-    let kinds: Vec<MatmulKind> = plan(&ops, true).matmul.iter().map(|g| g.kind).collect();
+    let kinds: Vec<MatmulKind> = plan(&ops, true, false)
+        .matmul
+        .iter()
+        .map(|g| g.kind)
+        .collect();
     assert_eq!(
         kinds,
         vec![

@@ -1,9 +1,17 @@
-//! Graph builders shared by the schedule tests.
+//! Graph builders shared by the schedule tests and the runtime's executable tests (included
+//! there by path): each op's output takes its first input's dtype, and its shape from the op.
 #![allow(dead_code)] // each test binary uses a part
 
 use burn_backend::{DType, Shape};
 use burn_compile_graph::Activation;
-use burn_ir::{CustomOpIr, OperationIr, TensorId, TensorIr, TensorStatus};
+use burn_compile_schedule::{
+    AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, schedule,
+};
+use burn_ir::{
+    BaseOperationIr, BinaryOpIr, CustomOpIr, FloatOperationIr, LinearOpIr, MatmulOpIr,
+    ModuleOperationIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, ShapeOpIr, TensorId,
+    TensorIr, TensorStatus, UnaryOpIr,
+};
 
 pub fn tensor(id: u64, shape: &[usize], status: TensorStatus, dtype: DType) -> TensorIr {
     TensorIr {
@@ -23,4 +31,131 @@ pub fn relu(input: TensorIr, o: u64) -> OperationIr {
         inputs: vec![input],
         outputs: vec![out],
     })
+}
+
+/// A new tensor (`NotInit`) of `input`'s dtype.
+fn out_like(input: &TensorIr, id: u64, shape: &[usize]) -> TensorIr {
+    tensor(id, shape, TensorStatus::NotInit, input.dtype)
+}
+
+/// The shape two operands broadcast to, aligned on their last dimension (a graph may hold
+/// operands of two ranks, which no pass may fuse).
+fn broadcast(lhs: &[usize], rhs: &[usize]) -> Vec<usize> {
+    let rank = lhs.len().max(rhs.len());
+    let at = |s: &[usize], i: usize| (i + s.len()).checked_sub(rank).map_or(1, |j| s[j]);
+    (0..rank).map(|i| at(lhs, i).max(at(rhs, i))).collect()
+}
+
+fn binary(
+    lhs: TensorIr,
+    rhs: TensorIr,
+    id: u64,
+    op: fn(BinaryOpIr) -> NumericOperationIr,
+) -> OperationIr {
+    let shape = broadcast(&lhs.shape, &rhs.shape);
+    let (dtype, out) = (lhs.dtype, out_like(&lhs, id, &shape));
+    OperationIr::NumericFloat(dtype, op(BinaryOpIr { lhs, rhs, out }))
+}
+
+/// `id = lhs + rhs` (broadcast), in `lhs`'s dtype.
+pub fn add(lhs: TensorIr, rhs: TensorIr, id: u64) -> OperationIr {
+    binary(lhs, rhs, id, NumericOperationIr::Add)
+}
+
+/// `id = lhs * rhs` (broadcast), in `lhs`'s dtype.
+pub fn mul(lhs: TensorIr, rhs: TensorIr, id: u64) -> OperationIr {
+    binary(lhs, rhs, id, NumericOperationIr::Mul)
+}
+
+fn scalar(
+    lhs: TensorIr,
+    value: f64,
+    id: u64,
+    op: fn(ScalarOpIr) -> NumericOperationIr,
+) -> OperationIr {
+    let out = out_like(&lhs, id, &lhs.shape.to_vec());
+    let dtype = lhs.dtype;
+    OperationIr::NumericFloat(
+        dtype,
+        op(ScalarOpIr {
+            lhs,
+            rhs: ScalarIr::Float(value),
+            out,
+        }),
+    )
+}
+
+/// `id = lhs * value`.
+pub fn mul_scalar(lhs: TensorIr, value: f64, id: u64) -> OperationIr {
+    scalar(lhs, value, id, NumericOperationIr::MulScalar)
+}
+
+/// `id = lhs + value`.
+pub fn add_scalar(lhs: TensorIr, value: f64, id: u64) -> OperationIr {
+    scalar(lhs, value, id, NumericOperationIr::AddScalar)
+}
+
+/// `id = lhs / value`.
+pub fn div_scalar(lhs: TensorIr, value: f64, id: u64) -> OperationIr {
+    scalar(lhs, value, id, NumericOperationIr::DivScalar)
+}
+
+/// `id = exp(input)`.
+pub fn exp(input: TensorIr, id: u64) -> OperationIr {
+    let out = out_like(&input, id, &input.shape.to_vec());
+    OperationIr::Float(input.dtype, FloatOperationIr::Exp(UnaryOpIr { input, out }))
+}
+
+/// `id = lhs @ rhs`: `[.., m, k] @ [.., k, n]`, batch dimensions broadcast.
+pub fn matmul(lhs: TensorIr, rhs: TensorIr, id: u64) -> OperationIr {
+    let (l, r) = (lhs.shape.to_vec(), rhs.shape.to_vec());
+    let rank = l.len();
+    let mut shape = broadcast(&l[..rank - 2], &r[..rank - 2]);
+    shape.extend([l[rank - 2], r[rank - 1]]);
+    let out = out_like(&lhs, id, &shape);
+    OperationIr::Float(
+        lhs.dtype,
+        FloatOperationIr::Matmul(MatmulOpIr { lhs, rhs, out }),
+    )
+}
+
+/// `id = x @ w (+ b)`: `[.., k] @ [k, n]`.
+pub fn linear(x: TensorIr, w: TensorIr, b: Option<TensorIr>, id: u64) -> OperationIr {
+    let mut shape = x.shape.to_vec();
+    *shape.last_mut().unwrap() = w.shape[1];
+    let out = out_like(&x, id, &shape);
+    OperationIr::Module(ModuleOperationIr::Linear(LinearOpIr {
+        x,
+        weight: w,
+        bias: b,
+        out,
+    }))
+}
+
+/// `id = reshape(input)` to `shape`.
+pub fn reshape(input: TensorIr, shape: &[usize], id: u64) -> OperationIr {
+    let out = out_like(&input, id, shape);
+    OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr { input, out }))
+}
+
+fn every<T>(_: &T) -> bool {
+    true
+}
+
+/// The graph's plan with every pass and generated kernel on, library matmuls and attention as
+/// asked (the target accepting every call).
+pub fn plan(ops: &[OperationIr], matmul: bool, attention: bool) -> Plan {
+    schedule(
+        ops,
+        ScheduleOptions {
+            dead_code_elimination: true,
+            common_subexpressions: true,
+            pointwise: Some(&every::<PointwiseKernel>),
+            max_kernel_buffers: usize::MAX,
+            matmul: matmul.then_some(&every::<MatmulGroup>),
+            attention: attention.then_some(&every::<AttentionGroup>),
+            memory_planning: true,
+            symbolic_sizes: &[],
+        },
+    )
 }
