@@ -83,6 +83,10 @@ fn wgpu_int_bool_and_indexing_match_eager() {
 // exactly N kernels) and the values against the eager backend.
 
 use burn_compile::explain;
+include!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../snapshots/assert.rs"
+));
 use support::wgpu::tol;
 
 /// A bias broadcast over rows, a transposed (strided) input, a runtime scalar and a chain of
@@ -537,10 +541,18 @@ fn wgpu_row_kernel_gradients_match_eager() {
             wgsl += &head;
             wgsl += &wgsl_source(kernel, &layout).expect("WGSL source");
         }
-        insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => "Burn's LayerNorm + softmax: forward, loss, backward (wgpu_row_kernel_gradients_match_eager)" }, {
-            insta::assert_snapshot!("training_step_layer_norm_softmax.cuda", cuda);
-            insta::assert_snapshot!("training_step_layer_norm_softmax.wgsl", wgsl);
-        });
+        assert_stage_snapshot!(
+            "codegen",
+            "training_step_layer_norm_softmax.cuda",
+            cuda,
+            "Burn's LayerNorm + softmax: forward, loss, backward (wgpu_row_kernel_gradients_match_eager)"
+        );
+        assert_stage_snapshot!(
+            "codegen",
+            "training_step_layer_norm_softmax.wgsl",
+            wgsl,
+            "Burn's LayerNorm + softmax: forward, loss, backward (wgpu_row_kernel_gradients_match_eager)"
+        );
     }
 }
 

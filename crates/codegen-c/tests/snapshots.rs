@@ -6,6 +6,10 @@ mod support;
 
 use burn_compile_codegen_c::{c_function, c_symbolic_function, symbolic_layout};
 use burn_compile_schedule::PointwiseKernel;
+include!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../snapshots/assert.rs"
+));
 
 fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     let mut s = vec![1; shape.len()];
@@ -25,9 +29,12 @@ fn snapshot(name: &str, k: &PointwiseKernel) {
     let shape = support::snapshot_shape(k);
     let strides = vec![contiguous_strides(&shape); k.inputs.len()];
     let c = source(k, &shape, strides);
-    insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => format!("{k:?} over {shape:?}") }, {
-        insta::assert_snapshot!(format!("{name}.c"), c);
-    });
+    assert_stage_snapshot!(
+        "codegen",
+        format!("{name}.c"),
+        c,
+        format!("{k:?} over {shape:?}")
+    );
 }
 
 #[test]
@@ -56,9 +63,7 @@ fn c_pointwise_two_outputs_activations() {
 fn c_pointwise_transposed_input() {
     let k = support::chain();
     let c = source(&k, &[64, 128], vec![vec![1, 64]]);
-    insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", }, {
-        insta::assert_snapshot!("pointwise_transposed_input.c", c);
-    });
+    assert_stage_snapshot!("codegen", "pointwise_transposed_input.c", c);
 }
 
 /// A large rank-1 kernel (one row): its tasks are blocks of its columns, for the threads.
@@ -69,9 +74,7 @@ fn c_pointwise_columns_split() {
     assert_eq!(f.tasks, (1 << 16) / burn_compile_codegen_c::COLUMN_BLOCK);
     assert!(f.parallel);
     let c = f.source;
-    insta::with_settings!({ snapshot_path => "../../../snapshots/codegen" }, {
-        insta::assert_snapshot!("pointwise_columns_split.c", c);
-    });
+    assert_stage_snapshot!("codegen", "pointwise_columns_split.c", c);
 }
 
 /// An input broadcast along the row: read once per row, outside the column loop.
@@ -120,9 +123,12 @@ fn c_half_types() {
         let strides = vec![contiguous_strides(&shape); k.inputs.len()];
         let f = c_function("kernel", &k, &shape, &strides).expect("C source");
         let unit = burn_compile_codegen_c::c_unit(&[f]);
-        insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => format!("{k:?} over {shape:?}") }, {
-            insta::assert_snapshot!(format!("{name}.c"), unit);
-        });
+        assert_stage_snapshot!(
+            "codegen",
+            format!("{name}.c"),
+            unit,
+            format!("{k:?} over {shape:?}")
+        );
     }
 }
 
@@ -166,8 +172,11 @@ fn c_symbolic_kernels() {
         let c = c_symbolic_function("kernel", &k, &dynamic, &layout)
             .expect("C source")
             .source;
-        insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => format!("{k:?} symbolic over {layout:?}") }, {
-            insta::assert_snapshot!(format!("{name}.c"), c);
-        });
+        assert_stage_snapshot!(
+            "codegen",
+            format!("{name}.c"),
+            c,
+            format!("{k:?} symbolic over {layout:?}")
+        );
     }
 }

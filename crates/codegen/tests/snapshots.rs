@@ -8,6 +8,10 @@ use burn_backend::DType;
 use burn_compile_codegen::{CodegenError, LaunchLayout};
 use burn_compile_schedule::{PointwiseKernel, UnaryOp};
 use support::{BINARY_OPS, UNARY_OPS, binary, unary};
+include!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../snapshots/assert.rs"
+));
 
 /// The CUDA source of `kernel` over its snapshot layout ([`support::layout`]).
 fn cuda_source(kernel: &PointwiseKernel) -> Result<String, CodegenError> {
@@ -28,10 +32,18 @@ fn snapshot(name: &str, kernel: &PointwiseKernel) {
 fn snapshot_over(name: &str, kernel: &PointwiseKernel, layout: &LaunchLayout) {
     let cuda = burn_compile_codegen::cuda_source(kernel, layout).expect("CUDA source");
     let wgsl = burn_compile_codegen::wgsl_source(kernel, layout).expect("WGSL source");
-    insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => format!("{kernel:?} over {layout:?}") }, {
-        insta::assert_snapshot!(format!("{name}.cuda"), cuda);
-        insta::assert_snapshot!(format!("{name}.wgsl"), wgsl);
-    });
+    assert_stage_snapshot!(
+        "codegen",
+        format!("{name}.cuda"),
+        cuda,
+        format!("{kernel:?} over {layout:?}")
+    );
+    assert_stage_snapshot!(
+        "codegen",
+        format!("{name}.wgsl"),
+        wgsl,
+        format!("{kernel:?} over {layout:?}")
+    );
 }
 
 #[test]
@@ -156,9 +168,12 @@ fn row_layer_norm_bf16_vectorized_cuda() {
     let layout = support::layout(&k).vectorize(&k, 8);
     assert_eq!(layout.vector, 8);
     let cuda = burn_compile_codegen::cuda_source(&k, &layout).expect("CUDA source");
-    insta::with_settings!({ snapshot_path => "../../../snapshots/codegen", description => format!("{k:?} over {layout:?}") }, {
-        insta::assert_snapshot!("row_layer_norm_bf16_vectorized.cuda", cuda);
-    });
+    assert_stage_snapshot!(
+        "codegen",
+        "row_layer_norm_bf16_vectorized.cuda",
+        cuda,
+        format!("{k:?} over {layout:?}")
+    );
 }
 
 #[test]

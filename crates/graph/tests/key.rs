@@ -7,6 +7,10 @@ use burn_ir::{
     BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, TensorId,
     TensorIr, TensorStatus, UnaryOpIr,
 };
+include!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../snapshots/assert.rs"
+));
 
 fn t(id: u64, shape: [usize; 2], status: TensorStatus) -> TensorIr {
     TensorIr {
@@ -103,9 +107,7 @@ fn a_taken_segment_starts_a_fresh_key() {
 #[test]
 fn listing_names_ops_and_renumbers_ids() {
     let listing = op_listing(&graph([71, 72, 73, 74], 0.5, [4, 8]));
-    insta::with_settings!({ snapshot_path => "../../../snapshots/graph" }, {
-        insta::assert_snapshot!("listing_mul_exp_add", listing);
-    });
+    assert_stage_snapshot!("graph", "listing_mul_exp_add", listing);
 }
 
 fn segment(ops: Vec<OperationIr>) -> Segment {

@@ -14,6 +14,10 @@ use std::sync::{Arc, Mutex};
 #[path = "../../schedule/tests/support/mod.rs"]
 mod support;
 use support::{add, add_scalar, linear, mul_scalar, plan, relu};
+include!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../snapshots/assert.rs"
+));
 
 fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
     support::tensor(id, shape, status, DType::F32)
@@ -48,9 +52,12 @@ fn a_feed_forward_block_lowers_to_two_library_calls_and_one_kernel() {
     let ops = block(0.5);
     let plan = plan(&ops, true, false);
     let executable = Executable::lower(&plan, &ops);
-    insta::with_settings!({ snapshot_path => "../../../snapshots/runtime", description => "block(0.5): relu(linear(x)), linear + x, then * lr + 2" }, {
-        insta::assert_snapshot!("feed_forward_block", executable.to_string());
-    });
+    assert_stage_snapshot!(
+        "runtime",
+        "feed_forward_block",
+        executable.to_string(),
+        "block(0.5): relu(linear(x)), linear + x, then * lr + 2"
+    );
     // One launch per step of the plan; each library call binds its operands (x, weight, bias;
     // the second its residual too) and one output, the kernel its input and output.
     assert_eq!(executable.launches.len(), plan.steps.len());

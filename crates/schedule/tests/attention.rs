@@ -12,6 +12,10 @@ use burn_ir::{
 
 mod support;
 use support::{div_scalar, exp, matmul, mul_scalar, plan};
+include!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../snapshots/assert.rs"
+));
 
 const B: usize = 2;
 const H: usize = 4;
@@ -251,7 +255,5 @@ fn w1_attention_snapshot() {
     let mut text = p.kernel_summaries().join("\n");
     text.push_str(&format!("\nsteps: {:?}\n", p.steps));
     text.push_str(&format!("{:#?}", p.attention));
-    insta::with_settings!({ snapshot_path => "../../../snapshots/schedule" }, {
-        insta::assert_snapshot!("w1_attention", text);
-    });
+    assert_stage_snapshot!("schedule", "w1_attention", text);
 }

@@ -290,6 +290,10 @@ fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
 // the row-major right-hand side, B the left-hand side, D the output read as n columns of m).
 
 use burn_compile_schedule::{Gemm, GemmOperand, gemm};
+include!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../snapshots/assert.rs"
+));
 
 fn operand(input: usize, trans: bool, rows: u64, cols: u64, ld: i64, bs: i64) -> GemmOperand {
     GemmOperand {
@@ -523,7 +527,5 @@ fn w1_library_calls_snapshot() {
             "{what} [{kind:?}], epilogue [{epilogue}]\n{g}\n\n"
         ));
     }
-    insta::with_settings!({ snapshot_path => "../../../snapshots/schedule" }, {
-        insta::assert_snapshot!("w1_library_calls", text);
-    });
+    assert_stage_snapshot!("schedule", "w1_library_calls", text);
 }

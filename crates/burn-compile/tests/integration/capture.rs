@@ -11,6 +11,10 @@ type C = Compiled<Flex>;
 use crate::support;
 
 use support::matrix as data;
+include!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../snapshots/assert.rs"
+));
 
 fn step<B: burn::tensor::backend::Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>) -> Tensor<B, 2> {
     let h = x.matmul(w.clone()).tanh();
@@ -346,7 +350,10 @@ fn explain_prints_the_executable() {
         .as_deref()
         .expect("diagnostics are on in explain");
     assert!(report.to_string().contains("executable:"), "{report}");
-    insta::with_settings!({ snapshot_path => "../../../../snapshots/runtime", description => "explain: x.matmul(w), * 0.25, exp, + 1, matmul(w) on Compiled<Flex>" }, {
-        insta::assert_snapshot!("explain_flex_matmul_chain", executable);
-    });
+    assert_stage_snapshot!(
+        "runtime",
+        "explain_flex_matmul_chain",
+        executable,
+        "explain: x.matmul(w), * 0.25, exp, + 1, matmul(w) on Compiled<Flex>"
+    );
 }
