@@ -199,7 +199,11 @@ pub fn graph_outputs(ops: &[OperationIr]) -> Vec<TensorIr> {
     alive
 }
 
-/// The tolerances of a dtype's comparison: `(atol, rtol)` (zero: exact).
+/// The tolerances of a dtype's comparison, compiled against eager: `(atol, rtol)` (zero:
+/// exact). The accuracy check allows `atol·scale + rtol·|eager|` per element (`scale`: the
+/// tensor's largest `|eager|`, at least 1); the project's differential tests use the same
+/// numbers through [`approx_tolerance`]. Half precisions allow a few ULPs (bf16's epsilon is
+/// 7.8e-3): a fused kernel rounds once where eager rounds after every op.
 pub fn tolerance(dtype: DType) -> (f64, f64) {
     match dtype {
         DType::F64 => (1e-10, 1e-9),
@@ -209,6 +213,13 @@ pub fn tolerance(dtype: DType) -> (f64, f64) {
         d if d.is_float() => (1e-4, 1e-3),
         _ => (0.0, 0.0),
     }
+}
+
+/// [`tolerance`] as Burn's `Tolerance`, for `TensorData::assert_approx_eq::<f64>`: relative
+/// `rtol`, absolute `atol` (Burn's comparison has no per-tensor scale).
+pub fn approx_tolerance(dtype: DType) -> burn_backend::Tolerance<f64> {
+    let (atol, rtol) = tolerance(dtype);
+    burn_backend::Tolerance::rel_abs(rtol, atol)
 }
 
 /// An output that differs beyond its tolerance.

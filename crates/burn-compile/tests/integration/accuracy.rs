@@ -9,7 +9,7 @@
 //! Tolerance (f32): relative 1e-4, absolute 1e-5 against eager Flex; the check's own per-dtype
 //! tolerance is `incident::tolerance`. (A process of its own: it configures the one Flex device.)
 
-use burn::tensor::{Tensor, TensorData, Tolerance};
+use burn::tensor::{Tensor, TensorData};
 use burn_compile::incident::{
     GraphFile, compare, graph_outputs, replay, run, take_accuracy_reports,
 };
@@ -34,8 +34,8 @@ fn program_of<B: burn::tensor::backend::Backend>(shape: [usize; 2], seed: u64) -
     (y * x).sum_dim(1).into_data()
 }
 
-fn tolerance() -> Tolerance<f32> {
-    Tolerance::default().set_relative(1e-4).set_absolute(1e-5)
+fn tolerance() -> burn::tensor::Tolerance<f64> {
+    burn_compile::incident::approx_tolerance(burn::tensor::DType::F32)
 }
 
 fn files_in(dir: &Path) -> Vec<PathBuf> {
@@ -68,7 +68,7 @@ fn accuracy_check_replay_and_dumps() {
         },
     );
     let before = metrics();
-    program::<Compiled<Flex>>(1).assert_approx_eq::<f32>(&program::<Flex>(1), tolerance());
+    program::<Compiled<Flex>>(1).assert_approx_eq::<f64>(&program::<Flex>(1), tolerance());
     let m = metrics().since(&before);
     assert!(m.accuracy_checks >= 1, "{m:?}");
     assert_eq!(m.accuracy_failures, 0);
@@ -94,7 +94,7 @@ fn accuracy_check_replay_and_dumps() {
     let before = metrics();
     for seed in [2, 3] {
         program::<Compiled<Flex>>(seed)
-            .assert_approx_eq::<f32>(&program::<Flex>(seed), tolerance());
+            .assert_approx_eq::<f64>(&program::<Flex>(seed), tolerance());
     }
     assert_eq!(metrics().since(&before).accuracy_failures, 1);
     let reports = take_accuracy_reports();
@@ -163,7 +163,7 @@ fn accuracy_check_replay_and_dumps() {
     );
     // (Another shape: the graphs of `[6, 40]` are compiled already.)
     program_of::<Compiled<Flex>>([5, 17], 4)
-        .assert_approx_eq::<f32>(&program_of::<Flex>([5, 17], 4), tolerance());
+        .assert_approx_eq::<f64>(&program_of::<Flex>([5, 17], 4), tolerance());
     let written = files_in(&dumps);
     assert!(!written.is_empty());
     for path in written {

@@ -16,7 +16,7 @@
 
 use burn::tensor::activation;
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, FloatDType, Tensor, TensorData, Tolerance};
+use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use burn_compile::{Compiled, Explanation, explain, mark_step};
 use burn_flex::Flex;
 
@@ -26,14 +26,7 @@ use support::{Rng, float_data};
 
 type C = Compiled<Flex>;
 
-fn tolerance(dtype: DType) -> Tolerance<f64> {
-    match dtype {
-        DType::F64 => Tolerance::rel_abs(1e-9, 1e-12),
-        DType::F16 => Tolerance::rel_abs(2e-2, 2e-2),
-        DType::BF16 => Tolerance::rel_abs(1e-1, 1e-1),
-        _ => Tolerance::rel_abs(1e-4, 1e-5),
-    }
-}
+use burn_compile::incident::approx_tolerance as tolerance;
 
 fn assert_close(what: &str, got: TensorData, want: TensorData, dtype: DType) {
     assert_eq!(got.shape, want.shape, "{what}: shape");

@@ -14,7 +14,7 @@
 
 use burn::tensor::{
     Bool, DType, Distribution, Element, ElementConversion, FloatDType, IndexingUpdateOp, Int,
-    IntDType, Tensor, TensorData, Tolerance, activation,
+    IntDType, Tensor, TensorData, activation,
     backend::Backend,
     loss, module,
     ops::{
@@ -87,22 +87,10 @@ fn dims_data<const D: usize>(dims: [usize; D]) -> TensorData {
 // Harness.
 // ---------------------------------------------------------------------------------------------
 
-/// Tolerance per dtype of the eager result.
-///
-/// `Compiled<B>` replays `B`'s own kernels, so today results are bit-identical; the tolerance
-/// leaves room for future graph passes (fusion, reassociation of reductions) to reorder float
-/// arithmetic by a few ULPs, and no more:
-/// - f32 / f64 (compared as f32): relative 1e-5 (~80 f32 ULPs), absolute 1e-6 for values that
-///   cancel to ~0;
-/// - f16: relative 2e-3 (two f16 ULPs, epsilon 9.8e-4), absolute 1e-3;
-/// - bf16: relative 1.6e-2 (two bf16 ULPs, epsilon 7.8e-3), absolute 1e-2.
-fn tolerance(dtype: DType) -> Tolerance<f32> {
-    match dtype {
-        DType::F16 => Tolerance::rel_abs(2e-3, 1e-3),
-        DType::BF16 => Tolerance::rel_abs(1.6e-2, 1e-2),
-        _ => Tolerance::rel_abs(1e-5, 1e-6),
-    }
-}
+/// Tolerance per dtype of the eager result: the accuracy check's
+/// (`burn_compile::incident::tolerance`), so that what these tests accept is what a user's
+/// accuracy check accepts.
+use burn_compile::incident::approx_tolerance as tolerance;
 
 fn compare<C: Backend>(case: &str, run: &str, got: &[TensorData], want: &[TensorData]) {
     assert_eq!(
@@ -133,8 +121,8 @@ fn compare<C: Backend>(case: &str, run: &str, got: &[TensorData], want: &[Tensor
                 );
             }
             g.clone()
-                .convert::<f32>()
-                .assert_approx_eq::<f32>(&w.clone().convert::<f32>(), tolerance(w.dtype));
+                .convert::<f64>()
+                .assert_approx_eq::<f64>(&w.clone().convert::<f64>(), tolerance(w.dtype));
         } else if w.dtype.is_int() || w.dtype.is_uint() {
             if g.dtype != w.dtype {
                 // Same burn-router limitation for ints: `int_into_data` converts to the
