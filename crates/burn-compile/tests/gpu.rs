@@ -594,7 +594,7 @@ fn wgpu_failed_kernel_falls_back_to_eager_unless_strict() {
         chain(on(&x), on(&b), s).into_data()
     };
     let injected = CompileConfig {
-        faults: Faults {
+        faults: burn_compile::Faults {
             kernel_failure: true,
             ..Default::default()
         },
@@ -810,7 +810,7 @@ fn gpu_gradients_through_fused_residual_epilogues_match_eager() {
 // (the config is per device): the kernel always, or timed against the parts (`autotune`).
 
 use burn::tensor::Tolerance;
-use burn_compile::{CompileConfig, Faults, configure};
+use burn_compile::{CompileConfig, configure};
 use std::sync::{Mutex, MutexGuard};
 
 /// Held by each test that configures the default device (the config is per device, tests run
