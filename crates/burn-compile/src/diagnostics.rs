@@ -39,7 +39,7 @@ pub struct GraphRecord {
     /// Each generated kernel's program and iteration shape, when diagnostics are on: its
     /// source for a target is `burn_compile_codegen::cuda_source` / `wgsl_source` over a
     /// `LaunchLayout` of that shape (what a reviewer reads, as the snapshots do).
-    pub generated: Vec<(burn_compile_schedule::PointwiseKernel, Vec<usize>)>,
+    pub generated: Vec<(burn_compile_schedule::FusedKernel, Vec<usize>)>,
     /// Ops removed as dead code.
     pub dead: usize,
     /// Ops that repeat an earlier one and share its result (common subexpressions).

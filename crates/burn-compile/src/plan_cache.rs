@@ -24,7 +24,7 @@ use burn_compile_graph::{GraphKey, KeyWriter, op_listing, op_name};
 use burn_compile_runtime::targets::Lowering;
 use burn_compile_runtime::{Executable, InnerDevice, panic_message};
 use burn_compile_schedule::{
-    AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, schedule,
+    AttentionGroup, FusedKernel, MatmulGroup, Plan, ScheduleOptions, schedule,
 };
 use burn_ir::{BackendIr, OperationIr};
 use rustc_hash::FxHashMap;
@@ -73,7 +73,7 @@ impl From<&CompileConfig> for PlanConfig {
 #[derive(Clone, Copy)]
 pub(crate) struct Accepts<'a> {
     /// Generated pointwise and row kernels.
-    pub pointwise: Option<&'a dyn Fn(&PointwiseKernel) -> bool>,
+    pub fused: Option<&'a dyn Fn(&FusedKernel) -> bool>,
     /// Buffers a generated kernel may bind for its tensors (`usize::MAX`: no limit).
     pub max_kernel_buffers: usize,
     /// Library matmuls.
@@ -302,7 +302,7 @@ impl PlanCache {
                 Vec::new()
             },
             generated: if diagnostics {
-                plan.pointwise
+                plan.fused
                     .iter()
                     .map(|g| (g.kernel.clone(), g.shape.as_slice().to_vec()))
                     .collect()
@@ -465,7 +465,7 @@ impl PlanCache {
         let options = ScheduleOptions {
             dead_code_elimination: config.dead_code_elimination,
             common_subexpressions: config.common_subexpressions,
-            pointwise: accepts.pointwise.filter(|_| config.fusion),
+            fused: accepts.fused.filter(|_| config.fusion),
             max_kernel_buffers: accepts.max_kernel_buffers,
             matmul: accepts.matmul.filter(|_| config.library_matmul),
             // A symbolic plan's attention tuning and memory slab would be sized per problem.
@@ -556,7 +556,7 @@ pub(crate) fn plan_on<B: BackendIr>(
         config,
         diagnostics,
         Accepts {
-            pointwise: accepts.as_ref().map(|f| f as _),
+            fused: accepts.as_ref().map(|f| f as _),
             max_kernel_buffers: kernels.map_or(usize::MAX, |k| k.max_kernel_buffers()),
             matmul: accepts_matmul.as_ref().map(|f| f as _),
             attention: accepts_attention.as_ref().map(|f| f as _),
@@ -572,7 +572,7 @@ pub(crate) fn plan_on<B: BackendIr>(
 fn inject_wrong_kernel(plan: &mut Plan, kind: &str) {
     use burn_compile_schedule::{BinaryOp, Instr, UnaryOp};
     let kind = kind.to_ascii_lowercase();
-    for group in &mut plan.pointwise {
+    for group in &mut plan.fused {
         for instr in &mut group.kernel.program {
             match instr {
                 Instr::Unary { op, .. } if format!("{op:?}").to_ascii_lowercase() == kind => {
@@ -602,7 +602,7 @@ fn eager_plan(ops: &[OperationIr]) -> Plan {
         ScheduleOptions {
             dead_code_elimination: false,
             common_subexpressions: false,
-            pointwise: None,
+            fused: None,
             max_kernel_buffers: usize::MAX,
             matmul: None,
             attention: None,
@@ -616,7 +616,7 @@ fn eager_plan(ops: &[OperationIr]) -> Plan {
 /// fused groups' symbolic dimensions, read from the group's outputs (sorted, distinct).
 fn symbolic_values(plan: &Plan, ops: &[OperationIr]) -> Vec<u64> {
     let mut values: Vec<u64> = Vec::new();
-    for group in plan.pointwise.iter().filter(|g| g.symbolic()) {
+    for group in plan.fused.iter().filter(|g| g.symbolic()) {
         let Some(slot) = group.outputs.first() else {
             continue;
         };

@@ -29,7 +29,7 @@
 //! the store.
 
 use burn_backend::DType;
-use burn_compile_schedule::{BinaryOp, Constant, Instr, PointwiseKernel, ReduceOp, UnaryOp};
+use burn_compile_schedule::{BinaryOp, Constant, FusedKernel, Instr, ReduceOp, UnaryOp};
 use std::fmt::Write;
 
 /// Kernels of at least this many elements run their rows on all threads (rayon's pool, the
@@ -157,7 +157,7 @@ struct Stages {
     instr_of: Vec<usize>,
 }
 
-fn stages(k: &PointwiseKernel, row_broadcast: &[bool]) -> Stages {
+fn stages(k: &FusedKernel, row_broadcast: &[bool]) -> Stages {
     let mut s = Stages {
         row: Vec::new(),
         stage: Vec::new(),
@@ -184,7 +184,7 @@ fn stages(k: &PointwiseKernel, row_broadcast: &[bool]) -> Stages {
 
 /// Registers (of the column loop: not values of the row) that `targets` need, in program
 /// order.
-fn column_closure(k: &PointwiseKernel, st: &Stages, targets: &[usize]) -> Vec<usize> {
+fn column_closure(k: &FusedKernel, st: &Stages, targets: &[usize]) -> Vec<usize> {
     let mut need = vec![false; st.row.len()];
     let mut stack: Vec<usize> = targets.iter().copied().filter(|r| !st.row[*r]).collect();
     while let Some(r) = stack.pop() {
@@ -268,7 +268,7 @@ pub const RUNTIME_STRIDE: isize = isize::MIN;
 /// flipped view; a broadcast dimension's stride is never used).
 pub fn c_function(
     name: &str,
-    kernel: &PointwiseKernel,
+    kernel: &FusedKernel,
     shape: &[usize],
     strides: &[Vec<isize>],
 ) -> Result<CFunction, CodegenError> {
@@ -282,7 +282,7 @@ pub fn c_function(
 /// [`RUNTIME_STRIDE`], except a unit stride along the last dimension (a contiguous row stays a
 /// walk the C compiler vectorizes). Calls whose layouts normalize alike share one function.
 pub fn symbolic_layout(
-    kernel: &PointwiseKernel,
+    kernel: &FusedKernel,
     dynamic: &[bool],
     shape: &[usize],
     strides: &[Vec<isize>],
@@ -345,7 +345,7 @@ pub fn symbolic_args(
 /// [`CFunction::parallel`] are those of the call's real sizes, computed by [`symbolic_tasks`].
 pub fn c_symbolic_function(
     name: &str,
-    kernel: &PointwiseKernel,
+    kernel: &FusedKernel,
     dynamic: &[bool],
     layout: &(Vec<usize>, Vec<Vec<isize>>),
 ) -> Result<CFunction, CodegenError> {
@@ -362,7 +362,7 @@ pub fn c_symbolic_function(
 
 /// The tasks of a symbolic C function's call over `shape`, and whether the call is large
 /// enough to split them among threads.
-pub fn symbolic_tasks(kernel: &PointwiseKernel, shape: &[usize]) -> (usize, bool) {
+pub fn symbolic_tasks(kernel: &FusedKernel, shape: &[usize]) -> (usize, bool) {
     let rank = shape.len();
     let cols = shape.last().copied().unwrap_or(1);
     let rows: usize = shape.iter().take(rank.saturating_sub(1)).product();
@@ -375,7 +375,7 @@ pub fn symbolic_tasks(kernel: &PointwiseKernel, shape: &[usize]) -> (usize, bool
 }
 
 fn check_layout(
-    kernel: &PointwiseKernel,
+    kernel: &FusedKernel,
     rank: usize,
     strides: &[Vec<isize>],
 ) -> Result<(), CodegenError> {
@@ -398,7 +398,7 @@ fn check_layout(
 /// The function of [`c_function`] (`dynamic` empty) or [`c_symbolic_function`].
 fn generate(
     name: &str,
-    kernel: &PointwiseKernel,
+    kernel: &FusedKernel,
     shape: &[usize],
     dynamic: &[bool],
     strides: &[Vec<isize>],

@@ -12,14 +12,14 @@ use burn_compile_codegen_c::{
     CFunction, KernelFn, PARALLEL_ELEMENTS, Toolchain, c_function, c_symbolic_function, c_unit,
     symbolic_args, symbolic_layout, symbolic_tasks,
 };
-use burn_compile_schedule::{PointwiseKernel, UnaryOp};
+use burn_compile_schedule::{FusedKernel, UnaryOp};
 use std::ffi::c_void;
 use support::reference::{Input, contiguous, reference, row_reference};
 use support::{BINARY_OPS, UNARY_OPS, binary, unary};
 
 struct Case {
     name: String,
-    kernel: PointwiseKernel,
+    kernel: FusedKernel,
     shape: Vec<usize>,
     inputs: Vec<Input>,
     scalars: Vec<f32>,
@@ -27,7 +27,7 @@ struct Case {
 
 fn case(
     name: &str,
-    kernel: PointwiseKernel,
+    kernel: FusedKernel,
     shape: &[usize],
     inputs: Vec<Input>,
     scalars: &[f32],
@@ -432,7 +432,7 @@ fn a_flipped_input_is_read_backwards() {
 fn half_type_kernels_store_their_type_and_match_the_reference() {
     let toolchain = Toolchain::new(None, None).expect("a C compiler");
     let dir = std::env::temp_dir().join(format!("burn-compile-c-half-{}", std::process::id()));
-    let with_dtype = |mut k: PointwiseKernel, dtype| {
+    let with_dtype = |mut k: FusedKernel, dtype| {
         k.dtype = dtype;
         k
     };

@@ -5,7 +5,7 @@
 mod support;
 
 use burn_compile_codegen_c::{c_function, c_symbolic_function, symbolic_layout};
-use burn_compile_schedule::PointwiseKernel;
+use burn_compile_schedule::FusedKernel;
 include!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../snapshots/assert.rs"
@@ -19,13 +19,13 @@ fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     s
 }
 
-fn source(k: &PointwiseKernel, shape: &[usize], strides: Vec<Vec<isize>>) -> String {
+fn source(k: &FusedKernel, shape: &[usize], strides: Vec<Vec<isize>>) -> String {
     c_function("kernel", k, shape, &strides)
         .expect("C source")
         .source
 }
 
-fn snapshot(name: &str, k: &PointwiseKernel) {
+fn snapshot(name: &str, k: &FusedKernel) {
     let shape = support::snapshot_shape(k);
     let strides = vec![contiguous_strides(&shape); k.inputs.len()];
     let c = source(k, &shape, strides);

@@ -3,7 +3,7 @@
 use crate::pointwise::pointwise;
 use crate::row::row;
 use crate::{KernelSpec, LaunchLayout, POINTWISE_CUBE, Reduction, cube_dim};
-use burn_compile_schedule::PointwiseKernel;
+use burn_compile_schedule::FusedKernel;
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -27,7 +27,7 @@ use cubecl::server::Handle;
 /// symbolic, a cube holds one row).
 pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
     client: &ComputeClient<R>,
-    kernel: &PointwiseKernel,
+    kernel: &FusedKernel,
     layout: &LaunchLayout,
     inputs: Vec<(Handle, usize)>,
     scalars: Vec<E>,

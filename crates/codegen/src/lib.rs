@@ -65,7 +65,7 @@ impl LaunchLayout {
     /// The layout of `kernel` over `shape` with inputs of these `strides`; the strides of
     /// broadcast dimensions are normalized to 0, so layouts that read the same elements are one
     /// kernel.
-    pub fn new(kernel: &PointwiseKernel, shape: &[usize], strides: &[&[usize]]) -> Self {
+    pub fn new(kernel: &FusedKernel, shape: &[usize], strides: &[&[usize]]) -> Self {
         assert_eq!(
             shape.len(),
             kernel.rank as usize,
@@ -110,7 +110,7 @@ impl LaunchLayout {
     /// values of this launch. Sizes of the other dimensions stay constants; every stride
     /// becomes a runtime value except a broadcast (0) and a last dimension's unit stride (so a
     /// contiguous row is still read as consecutive elements, and vectorized).
-    pub fn symbolic(&self, kernel: &PointwiseKernel, dynamic: &[bool]) -> (Self, Vec<u32>) {
+    pub fn symbolic(&self, kernel: &FusedKernel, dynamic: &[bool]) -> (Self, Vec<u32>) {
         let rank = self.shape.len();
         let mut spec = self.clone();
         spec.dynamic = (0..rank)
@@ -138,7 +138,7 @@ impl LaunchLayout {
 
     /// The runtime arguments of this (symbolic) layout, in order; empty for a layout with no
     /// symbolic dimension.
-    pub fn meta_entries(&self, kernel: &PointwiseKernel) -> Vec<Meta> {
+    pub fn meta_entries(&self, kernel: &FusedKernel) -> Vec<Meta> {
         let mut entries = Vec::new();
         if !self.is_symbolic() {
             return entries;
@@ -184,12 +184,12 @@ impl LaunchLayout {
 
     /// Where runtime argument `m` sits in the kernel's `meta` sequence; `None` when it is a
     /// constant of the kernel.
-    pub fn meta_slot(&self, kernel: &PointwiseKernel, m: Meta) -> Option<usize> {
+    pub fn meta_slot(&self, kernel: &FusedKernel, m: Meta) -> Option<usize> {
         self.meta_entries(kernel).iter().position(|e| *e == m)
     }
 
     /// The value of `m` in this (real) layout.
-    fn meta_value(&self, kernel: &PointwiseKernel, m: Meta) -> u32 {
+    fn meta_value(&self, kernel: &FusedKernel, m: Meta) -> u32 {
         let rank = self.shape.len();
         let vector = self.vector.max(1);
         let value = match m {
@@ -213,7 +213,7 @@ impl LaunchLayout {
     /// that dimension contiguous in it with its other strides multiples of it (so a vector is
     /// whole and aligned in every buffer), and for a row kernel at least one vector per unit
     /// of a row. Otherwise scalar code (`vector` 1).
-    pub fn vectorize(mut self, kernel: &PointwiseKernel, widest: usize) -> Self {
+    pub fn vectorize(mut self, kernel: &FusedKernel, widest: usize) -> Self {
         self.vector = 1;
         let Some(last) = self.shape.len().checked_sub(1) else {
             return self;
@@ -247,19 +247,19 @@ impl LaunchLayout {
 
     /// Whether input `input` is read one value per vector (broadcast along the last
     /// dimension of a vectorized layout): a narrow buffer.
-    pub fn narrow_input(&self, kernel: &PointwiseKernel, input: usize) -> bool {
+    pub fn narrow_input(&self, kernel: &FusedKernel, input: usize) -> bool {
         self.vector > 1 && kernel.inputs[input].last().copied().unwrap_or(false)
     }
 
     /// Whether output `output` is written one value per vector position (a row kernel's row
     /// value in a vectorized layout): a narrow buffer.
-    pub fn narrow_output(&self, kernel: &PointwiseKernel, output: usize) -> bool {
+    pub fn narrow_output(&self, kernel: &FusedKernel, output: usize) -> bool {
         self.vector > 1 && kernel.row.as_ref().is_some_and(|r| r.row_outputs[output])
     }
 
     /// Position of input `input` among the kernel's wide or narrow input buffers (its index in
     /// the launch's sequence of its kind).
-    pub fn input_slot(&self, kernel: &PointwiseKernel, input: usize) -> usize {
+    pub fn input_slot(&self, kernel: &FusedKernel, input: usize) -> usize {
         let narrow = self.narrow_input(kernel, input);
         (0..input)
             .filter(|&i| self.narrow_input(kernel, i) == narrow)
@@ -267,7 +267,7 @@ impl LaunchLayout {
     }
 
     /// Position of output `output` among the kernel's wide or narrow output buffers.
-    pub fn output_slot(&self, kernel: &PointwiseKernel, output: usize) -> usize {
+    pub fn output_slot(&self, kernel: &FusedKernel, output: usize) -> usize {
         let narrow = self.narrow_output(kernel, output);
         (0..output)
             .filter(|&o| self.narrow_output(kernel, o) == narrow)
@@ -277,7 +277,7 @@ impl LaunchLayout {
     /// Input `input`'s stride along dimension `d` in its own buffer's units: vectors for a
     /// wide buffer (the last dimension's stride is then 1, or any stride in scalar code),
     /// elements for a narrow one.
-    pub fn buffer_stride(&self, kernel: &PointwiseKernel, input: usize, d: usize) -> usize {
+    pub fn buffer_stride(&self, kernel: &FusedKernel, input: usize, d: usize) -> usize {
         let stride = self.strides[input][d];
         if stride == RUNTIME {
             return RUNTIME;
@@ -292,7 +292,7 @@ impl LaunchLayout {
 
     /// The layout of `kernel` over `shape` with every input contiguous in its own shape (the
     /// iteration shape with broadcast dimensions of size 1).
-    pub fn contiguous(kernel: &PointwiseKernel, shape: &[usize]) -> Self {
+    pub fn contiguous(kernel: &FusedKernel, shape: &[usize]) -> Self {
         let strides: Vec<Vec<usize>> = kernel
             .inputs
             .iter()
@@ -329,14 +329,14 @@ impl LaunchLayout {
 pub struct KernelSpec(std::sync::Arc<SpecInner>);
 
 struct SpecInner {
-    kernel: PointwiseKernel,
+    kernel: FusedKernel,
     layout: LaunchLayout,
     hash: u64,
 }
 
 impl KernelSpec {
     /// The spec of `kernel` over `layout`.
-    pub fn new(kernel: PointwiseKernel, layout: LaunchLayout) -> Self {
+    pub fn new(kernel: FusedKernel, layout: LaunchLayout) -> Self {
         let hash = content_hash(&kernel, &layout);
         Self(std::sync::Arc::new(SpecInner {
             kernel,
@@ -347,7 +347,7 @@ impl KernelSpec {
 
     /// The spec of `kernel` over `layout`, one per process for equal contents (so that the
     /// compiled kernel is found by pointer at every later launch).
-    pub fn cached(kernel: &PointwiseKernel, layout: &LaunchLayout) -> Self {
+    pub fn cached(kernel: &FusedKernel, layout: &LaunchLayout) -> Self {
         use std::collections::HashMap;
         use std::sync::Mutex;
         static SPECS: Mutex<Option<HashMap<u64, Vec<KernelSpec>>>> = Mutex::new(None);
@@ -368,7 +368,7 @@ impl KernelSpec {
         spec
     }
 
-    pub fn kernel(&self) -> &PointwiseKernel {
+    pub fn kernel(&self) -> &FusedKernel {
         &self.0.kernel
     }
 
@@ -378,7 +378,7 @@ impl KernelSpec {
 }
 
 /// One fast hash of a kernel and its layout.
-fn content_hash(kernel: &PointwiseKernel, layout: &LaunchLayout) -> u64 {
+fn content_hash(kernel: &FusedKernel, layout: &LaunchLayout) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = rustc_hash::FxHasher::default();
     kernel.hash(&mut h);
@@ -413,14 +413,14 @@ impl core::fmt::Debug for KernelSpec {
 /// pointwise kernel as it is; a row kernel over its row layout with the symbolic sizes left out
 /// (0), and one row per cube where the rows are symbolic (so no cube is partly past them).
 /// Its units per row stay those of the plan's kernel.
-pub fn symbolic_kernel(kernel: &PointwiseKernel, dynamic: &[bool]) -> PointwiseKernel {
+pub fn symbolic_kernel(kernel: &FusedKernel, dynamic: &[bool]) -> FusedKernel {
     let Some(row) = &kernel.row else {
         return kernel.clone();
     };
     let is_dynamic = |d: usize| dynamic.get(d).copied().unwrap_or(false);
     let rank = row.shape.len();
     let dynamic_rows = (0..rank.saturating_sub(1)).any(is_dynamic);
-    PointwiseKernel {
+    FusedKernel {
         row: Some(burn_compile_schedule::RowLayout {
             shape: (0..rank)
                 .map(|d| if is_dynamic(d) { 0 } else { row.shape[d] })
@@ -455,7 +455,7 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 }
 
 use burn_backend::DType;
-use burn_compile_schedule::PointwiseKernel;
+use burn_compile_schedule::FusedKernel;
 use cubecl::prelude::*;
 use cubecl::{Compiler, ScalarArgType};
 use offline::{CudaCompiler, CudaFlavor, Flavor, OfflineRuntime, StubDevice, WgslFlavor};
@@ -488,7 +488,7 @@ impl std::error::Error for CodegenError {}
 /// The kernel definition of `kernel` over `layout` with element type `E`, for the offline
 /// runtime `Fl`.
 fn define<Fl: Flavor, E: Float + ScalarArgType>(
-    kernel: &PointwiseKernel,
+    kernel: &FusedKernel,
     layout: &LaunchLayout,
 ) -> (cubecl::prelude::KernelDefinition, StorageType) {
     let client = OfflineRuntime::<Fl>::client(&StubDevice);
@@ -554,7 +554,7 @@ fn array_args<C: CubePrimitive>(n: usize) -> SequenceCompilationArg<Array<C>> {
 
 /// The cube shape a kernel is launched with: 256 units for a pointwise kernel; for a row
 /// kernel, the layout's units per row (x) by rows per cube (y).
-pub fn cube_dim(kernel: &PointwiseKernel) -> CubeDim {
+pub fn cube_dim(kernel: &FusedKernel) -> CubeDim {
     match &kernel.row {
         Some(r) => CubeDim::new_2d(r.units, r.rows_per_cube),
         None => CubeDim::new_1d(POINTWISE_CUBE),
@@ -563,10 +563,7 @@ pub fn cube_dim(kernel: &PointwiseKernel) -> CubeDim {
 
 /// The CUDA C++ source of `kernel` over `layout`, as CubeCL's CUDA runtime compiles it
 /// (unchecked launch, fast math, grid constants).
-pub fn cuda_source(
-    kernel: &PointwiseKernel,
-    layout: &LaunchLayout,
-) -> Result<String, CodegenError> {
+pub fn cuda_source(kernel: &FusedKernel, layout: &LaunchLayout) -> Result<String, CodegenError> {
     let (definition, address) = match kernel.dtype {
         DType::F32 | DType::Flex32 => define::<CudaFlavor, f32>(kernel, layout),
         DType::F16 => define::<CudaFlavor, half::f16>(kernel, layout),
@@ -633,10 +630,7 @@ fn sorted_vector_types(source: &str) -> String {
 
 /// The WGSL source of `kernel` over `layout`, as CubeCL's wgpu runtime compiles it (unchecked
 /// launch).
-pub fn wgsl_source(
-    kernel: &PointwiseKernel,
-    layout: &LaunchLayout,
-) -> Result<String, CodegenError> {
+pub fn wgsl_source(kernel: &FusedKernel, layout: &LaunchLayout) -> Result<String, CodegenError> {
     let (definition, address) = match kernel.dtype {
         DType::F32 | DType::Flex32 => define::<WgslFlavor, f32>(kernel, layout),
         dtype => {

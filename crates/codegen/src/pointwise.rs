@@ -1,4 +1,4 @@
-//! The CubeCL kernel of a [`PointwiseKernel`]: one kernel body, specialized at compile time on
+//! The CubeCL kernel of a [`FusedKernel`]: one kernel body, specialized at compile time on
 //! the kernel's program (CubeCL expands the comptime `#[unroll]` loops and `match`es into
 //! straight-line code, so each distinct program is its own kernel).
 //!

@@ -1,4 +1,4 @@
-//! The CubeCL kernel of a row [`PointwiseKernel`] (one with a [`RowLayout`]): `units` units
+//! The CubeCL kernel of a row [`FusedKernel`] (one with a [`RowLayout`]): `units` units
 //! share a row of the iteration space `[R…, N]`, each taking every `units`-th column; a cube
 //! holds `rows_per_cube` rows, its units laid out `[rows_per_cube, units]`.
 //!
@@ -25,7 +25,7 @@
 //! cube then holds one row when the rows are symbolic (a cube is never partly past them), and a
 //! row of symbolic length is always streamed, its mean divided by the runtime length.
 
-use burn_compile_schedule::{Instr, PointwiseKernel, ReduceOp, RowLayout};
+use burn_compile_schedule::{FusedKernel, Instr, ReduceOp, RowLayout};
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 
@@ -66,12 +66,12 @@ impl Reduction {
 }
 
 /// The row layout of a row kernel.
-pub(crate) fn layout(kernel: &PointwiseKernel) -> RowLayout {
+pub(crate) fn layout(kernel: &FusedKernel) -> RowLayout {
     kernel.row.clone().expect("a row kernel")
 }
 
 /// Positions of the program's reductions, in order.
-fn reductions(kernel: &PointwiseKernel) -> Vec<usize> {
+fn reductions(kernel: &FusedKernel) -> Vec<usize> {
     kernel
         .program
         .iter()
@@ -82,7 +82,7 @@ fn reductions(kernel: &PointwiseKernel) -> Vec<usize> {
 }
 
 /// The reduction at instruction `at`, and the register it reduces.
-fn reduction_at(kernel: &PointwiseKernel, at: usize) -> (ReduceOp, usize) {
+fn reduction_at(kernel: &FusedKernel, at: usize) -> (ReduceOp, usize) {
     match kernel.program[at] {
         Instr::Reduce { op, a } => (op, a as usize),
         _ => unreachable!("a reduction"),
@@ -90,7 +90,7 @@ fn reduction_at(kernel: &PointwiseKernel, at: usize) -> (ReduceOp, usize) {
 }
 
 /// Number of reductions before instruction `at` (the phase whose row value it reads).
-fn phase_of(kernel: &PointwiseKernel, at: usize) -> usize {
+fn phase_of(kernel: &FusedKernel, at: usize) -> usize {
     kernel.program[..at]
         .iter()
         .filter(|i| matches!(i, Instr::Reduce { .. }))
@@ -219,7 +219,7 @@ fn kept<F: Float + ScalarArgType, N: Size>(
     bases: &Sequence<usize>,
     shared: &mut SharedMemory<f32>,
     row: usize,
-    #[comptime] kernel: &PointwiseKernel,
+    #[comptime] kernel: &FusedKernel,
     #[comptime] launch: &LaunchLayout,
     #[comptime] reduction: Reduction,
 ) {
@@ -379,7 +379,7 @@ fn streamed<F: Float + ScalarArgType, N: Size>(
     bases: &Sequence<usize>,
     shared: &mut SharedMemory<f32>,
     row: usize,
-    #[comptime] kernel: &PointwiseKernel,
+    #[comptime] kernel: &FusedKernel,
     #[comptime] launch: &LaunchLayout,
     #[comptime] reduction: Reduction,
 ) {
@@ -474,7 +474,7 @@ fn extend<F: Float + ScalarArgType, N: Size>(
     bases: &Sequence<usize>,
     reduced: &Sequence<Vector<F, N>>,
     col: usize,
-    #[comptime] kernel: &PointwiseKernel,
+    #[comptime] kernel: &FusedKernel,
     #[comptime] launch: &LaunchLayout,
     regs: &mut Sequence<Vector<F, N>>,
     #[comptime] start: usize,
@@ -536,7 +536,7 @@ fn store<F: Float + ScalarArgType, N: Size>(
     regs: &Sequence<Vector<F, N>>,
     row: usize,
     col: usize,
-    #[comptime] kernel: &PointwiseKernel,
+    #[comptime] kernel: &FusedKernel,
     #[comptime] launch: &LaunchLayout,
     #[comptime] first: bool,
 ) {

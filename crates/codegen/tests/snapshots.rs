@@ -6,7 +6,7 @@ mod support;
 
 use burn_backend::DType;
 use burn_compile_codegen::{CodegenError, LaunchLayout};
-use burn_compile_schedule::{PointwiseKernel, UnaryOp};
+use burn_compile_schedule::{FusedKernel, UnaryOp};
 use support::{BINARY_OPS, UNARY_OPS, binary, unary};
 include!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -14,22 +14,22 @@ include!(concat!(
 ));
 
 /// The CUDA source of `kernel` over its snapshot layout ([`support::layout`]).
-fn cuda_source(kernel: &PointwiseKernel) -> Result<String, CodegenError> {
+fn cuda_source(kernel: &FusedKernel) -> Result<String, CodegenError> {
     burn_compile_codegen::cuda_source(kernel, &support::layout(kernel))
 }
 
 /// The WGSL source of `kernel` over its snapshot layout.
-fn wgsl_source(kernel: &PointwiseKernel) -> Result<String, CodegenError> {
+fn wgsl_source(kernel: &FusedKernel) -> Result<String, CodegenError> {
     burn_compile_codegen::wgsl_source(kernel, &support::layout(kernel))
 }
 
 /// Snapshots both targets' code of `kernel` under `name`, over its snapshot layout.
-fn snapshot(name: &str, kernel: &PointwiseKernel) {
+fn snapshot(name: &str, kernel: &FusedKernel) {
     snapshot_over(name, kernel, &support::layout(kernel));
 }
 
 /// Snapshots both targets' code of `kernel` over `layout` under `name`.
-fn snapshot_over(name: &str, kernel: &PointwiseKernel, layout: &LaunchLayout) {
+fn snapshot_over(name: &str, kernel: &FusedKernel, layout: &LaunchLayout) {
     let cuda = burn_compile_codegen::cuda_source(kernel, layout).expect("CUDA source");
     let wgsl = burn_compile_codegen::wgsl_source(kernel, layout).expect("WGSL source");
     assert_stage_snapshot!(
@@ -78,7 +78,7 @@ fn a_broadcast_dimensions_stride_is_not_part_of_the_layout() {
 /// The widest vector each layout allows (a target allowing 4).
 #[test]
 fn vector_width_follows_the_layout() {
-    let width = |k: &PointwiseKernel, shape: &[usize], strides: &[&[usize]]| {
+    let width = |k: &FusedKernel, shape: &[usize], strides: &[&[usize]]| {
         LaunchLayout::new(k, shape, strides).vectorize(k, 4).vector
     };
     let bias = support::bias_relu();
@@ -330,7 +330,7 @@ fn generated_code_is_deterministic() {
     ];
     for (k, vector) in kernels {
         let layout = support::layout(&k).vectorize(&k, vector);
-        let source = move |k: &PointwiseKernel| {
+        let source = move |k: &FusedKernel| {
             let wgsl = match k.dtype {
                 DType::F32 => Some(burn_compile_codegen::wgsl_source(k, &layout)),
                 _ => None,

@@ -7,7 +7,7 @@
 mod support;
 
 use burn_compile_codegen::{LaunchLayout, launch_pointwise};
-use burn_compile_schedule::{PointwiseKernel, UnaryOp};
+use burn_compile_schedule::{FusedKernel, UnaryOp};
 use cubecl::CubeElement;
 use cubecl::prelude::*;
 use cubecl_wgpu::{WgpuDevice, WgpuRuntime};
@@ -41,7 +41,7 @@ fn client() -> Option<ComputeClient<WgpuRuntime>> {
 fn check(
     client: &ComputeClient<WgpuRuntime>,
     name: &str,
-    k: &PointwiseKernel,
+    k: &FusedKernel,
     shape: &[usize],
     inputs: &[Input],
     scalars: &[f32],
@@ -75,7 +75,7 @@ fn check(
 fn run(
     client: &ComputeClient<WgpuRuntime>,
     name: &str,
-    k: &PointwiseKernel,
+    k: &FusedKernel,
     layout: &LaunchLayout,
     inputs: &[Input],
     scalars: &[f32],

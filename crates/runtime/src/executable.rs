@@ -101,9 +101,9 @@ impl Executable {
                         kind: *kind,
                     }
                 }
-                Step::Pointwise { group } => {
-                    let g = &plan.pointwise[*group as usize];
-                    let slots = plan.memory.pointwise.get(*group as usize);
+                Step::Fused { group } => {
+                    let g = &plan.fused[*group as usize];
+                    let slots = plan.memory.fused.get(*group as usize);
                     let start = scalars.len() as u32;
                     scalars.extend(g.scalars.iter().map(|op| ScalarSource::Operand(*op)));
                     let bindings = g

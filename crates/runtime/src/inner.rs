@@ -9,7 +9,7 @@
 use crate::executable::Executable;
 use crate::targets::{KernelTarget, MatmulEpilogue, Work, target_for};
 use burn_backend::{DType, ExecutionError, TensorData};
-use burn_compile_schedule::{AttentionGroup, MatmulGroup, Plan, PointwiseGroup, PointwiseKernel};
+use burn_compile_schedule::{AttentionGroup, FusedGroup, FusedKernel, MatmulGroup, Plan};
 use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, TensorIr};
 use burn_std::future::DynFut;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -30,7 +30,7 @@ pub struct InnerDevice<B: BackendIr> {
     /// Launches generated kernels on the inner tensors, when the inner backend can.
     kernels: Option<Arc<dyn KernelTarget<B::FloatTensorPrimitive>>>,
     /// Kernels that failed: their groups run op by op from then on.
-    failed: Mutex<FxHashSet<PointwiseKernel>>,
+    failed: Mutex<FxHashSet<FusedKernel>>,
     /// Why kernel builds failed, each warned about once.
     build_failures: Mutex<FxHashSet<String>>,
     /// `CompileConfig::strict` and `inject_kernel_failure` of the device, as last read.
@@ -283,7 +283,7 @@ impl<B: BackendIr> InnerDevice<B> {
     pub fn fused(
         &self,
         ops: &[OperationIr],
-        group: &PointwiseGroup,
+        group: &FusedGroup,
         into: &[Option<&B::FloatTensorPrimitive>],
         scalars: &[f64],
     ) {
@@ -295,7 +295,7 @@ impl<B: BackendIr> InnerDevice<B> {
         let error = if known_bad {
             "it failed before on this device".to_string()
         } else {
-            match self.pointwise(ops, group, into, scalars) {
+            match self.fused_kernel(ops, group, into, scalars) {
                 Ok(true) => {
                     crate::counters::count(&crate::counters::COUNTERS.kernels_launched);
                     return;
@@ -321,7 +321,7 @@ impl<B: BackendIr> InnerDevice<B> {
     }
 
     /// Runs a fused group's operations one by one on the inner backend, in program order.
-    fn run_ops(&self, ops: &[OperationIr], group: &PointwiseGroup) {
+    fn run_ops(&self, ops: &[OperationIr], group: &FusedGroup) {
         let mut positions: Vec<u32> = group.ops.iter().chain(&group.drops).copied().collect();
         positions.sort_unstable();
         for p in positions {
@@ -579,10 +579,10 @@ impl<B: BackendIr> InnerDevice<B> {
     /// scheduled from), then frees what the operations would have freed: inputs consumed in
     /// the group and tensors dropped inside it. `Ok(false)`: the target has no kernel for these
     /// layouts yet (or its build failed); on that and on failure nothing has changed.
-    fn pointwise(
+    fn fused_kernel(
         &self,
         ops: &[OperationIr],
-        group: &PointwiseGroup,
+        group: &FusedGroup,
         into: &[Option<&B::FloatTensorPrimitive>],
         scalars: &[f64],
     ) -> Result<bool, String> {
@@ -794,7 +794,7 @@ fn float_input<B: BackendIr>(
 /// tensor of the group that spans it (a full output, a row output's leading dimensions, or an
 /// input not broadcast along it); the plan's size where none does (a dimension no symbolic
 /// size reaches: the guards keep it).
-fn current_shape(group: &PointwiseGroup, ops: &[OperationIr]) -> burn_std::Shape {
+fn current_shape(group: &FusedGroup, ops: &[OperationIr]) -> burn_std::Shape {
     let input = |slot: &burn_compile_schedule::Slot| {
         ops[slot.op as usize]
             .inputs()

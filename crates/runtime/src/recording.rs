@@ -305,7 +305,7 @@ fn kernel_scalars(plan: &Plan, executable: &Executable) -> Vec<(usize, DType)> {
             ..
         } = launch
         {
-            let dtype = plan.pointwise[*group as usize].kernel.dtype;
+            let dtype = plan.fused[*group as usize].kernel.dtype;
             entries.extend((*first..*first + *len).map(|i| (i as usize, dtype)));
         }
     }

@@ -72,7 +72,7 @@ fn walk<B: BackendIr>(
                     Binding::Write { slab: s, .. } => Some(s.and_then(|s| slab.get(s as usize))),
                 }));
                 let (first, len) = (*first as usize, *len as usize);
-                let group = &plan.pointwise[*group as usize];
+                let group = &plan.fused[*group as usize];
                 inner.fused(ops, group, &into, &scalars[first..first + len])
             }
             Launch::Matmul {
@@ -104,7 +104,7 @@ fn walk<B: BackendIr>(
             let label = match launch {
                 Launch::Eager { op } | Launch::Activation { op, .. } => executable.op_name(*op),
                 Launch::Kernel { group, .. }
-                    if plan.pointwise[*group as usize].kernel.row.is_some() =>
+                    if plan.fused[*group as usize].kernel.row.is_some() =>
                 {
                     "kernel (row)"
                 }
@@ -116,7 +116,7 @@ fn walk<B: BackendIr>(
             crate::profile::record(label, elapsed);
         }
     }
-    if !plan.pointwise.is_empty() {
+    if !plan.fused.is_empty() {
         inner.finish_replay(key);
     }
 }

@@ -1,28 +1,26 @@
 //! Scheduling: turns an analysed segment into a [`Plan`], the list of steps that the runtime
 //! replays every time the same graph comes back.
 //!
-//! A live operation is either one step executed by the inner backend, or part of a fused kernel
-//! ([`Step::Pointwise`]) when the target can generate kernels. A plan refers to operations by
+//! A live operation is either one step executed by the inner backend, or part of a fused step
+//! that a fuser took (`fusers/`: attention, a library matmul with its epilogue, a generated
+//! kernel whose program is the kernel IR of `kernel.rs`). A plan refers to operations by
 //! position, never by tensor id, so one plan serves every segment with the same key.
 
-mod attention;
-mod matmul;
+mod fusers;
+mod kernel;
 mod memory;
-mod pointwise;
 
-pub use attention::{AttentionGroup, attention_groups};
-pub use matmul::{
-    Gemm, GemmOperand, MatmulGroup, MatmulKind, Residual, gemm, matmul_groups, scale_alpha,
+pub use fusers::{
+    AttentionGroup, FusedGroup, Gemm, GemmOperand, MatmulGroup, MatmulKind, Residual, Slot,
+    attention_groups, fused_groups, gemm, matmul_groups, scalar_operand, scale_alpha,
 };
+pub use kernel::{BinaryOp, Constant, FusedKernel, Instr, ReduceOp, RowLayout, UnaryOp};
 pub use memory::{MemoryPlan, memory_plan};
-pub use pointwise::{
-    BinaryOp, Constant, Instr, PointwiseGroup, PointwiseKernel, ReduceOp, RowLayout, Slot, UnaryOp,
-    pointwise_groups, scalar_operand,
-};
 
 use burn_compile_graph::Activation;
 use burn_compile_passes::{Liveness, common_subexpressions, dead_code};
 use burn_ir::OperationIr;
+use fusers::{Claims, FUSERS};
 use serde::{Deserialize, Serialize};
 
 /// One step of a plan.
@@ -35,9 +33,9 @@ pub enum Step {
     /// Operation `op` is dead: free the inputs it would have consumed in place (positions in
     /// `op.inputs()` order).
     Release { op: u32, inputs: Vec<u8> },
-    /// Fused group `group` of [`Plan::pointwise`]: one generated kernel in place of its
+    /// Fused group `group` of [`Plan::fused`]: one generated kernel in place of its
     /// operations, then the group's drops and consumed inputs are freed.
-    Pointwise { group: u32 },
+    Fused { group: u32 },
     /// Matmul group `group` of [`Plan::matmul`]: one library matmul with its epilogue in place
     /// of its operations (or the operations themselves where the library cannot take the call).
     Matmul { group: u32 },
@@ -59,8 +57,9 @@ pub struct Plan {
     pub ops: u32,
     /// Operations removed as dead code.
     pub dead: u32,
-    /// The fused pointwise groups, referred to by [`Step::Pointwise`].
-    pub pointwise: Vec<PointwiseGroup>,
+    /// The generated kernels' groups (elementwise runs and row reductions), referred to by
+    /// [`Step::Fused`].
+    pub fused: Vec<FusedGroup>,
     /// The library matmuls, referred to by [`Step::Matmul`].
     #[serde(default)]
     pub matmul: Vec<MatmulGroup>,
@@ -96,12 +95,12 @@ impl Plan {
 
     /// Number of generated (fused) kernels.
     pub fn fused_kernels(&self) -> usize {
-        self.pointwise.len()
+        self.fused.len()
     }
 
     /// Number of operations that run inside generated kernels.
     pub fn fused_ops(&self) -> usize {
-        self.pointwise.iter().map(|g| g.ops.len()).sum()
+        self.fused.iter().map(|g| g.ops.len()).sum()
     }
 
     /// Number of library matmuls, and how many of them fused an epilogue (bias, scale, residual
@@ -119,9 +118,9 @@ impl Plan {
     /// One line per generated kernel (its kind, iteration shape, what it fused), then one per
     /// library matmul, then one per attention kernel.
     pub fn kernel_summaries(&self) -> Vec<String> {
-        self.pointwise
+        self.fused
             .iter()
-            .map(PointwiseGroup::summary)
+            .map(FusedGroup::summary)
             .chain(self.matmul.iter().map(MatmulGroup::summary))
             .chain(self.attention.iter().map(AttentionGroup::summary))
             .collect()
@@ -140,7 +139,7 @@ pub struct ScheduleOptions<'a> {
     /// Fuse runs of elementwise operations into generated kernels, each kept only when the
     /// target accepts it (e.g. its dtype has a kernel there). `None`: no fusion (a target that
     /// cannot generate kernels, or fusion turned off).
-    pub pointwise: Option<&'a dyn Fn(&PointwiseKernel) -> bool>,
+    pub fused: Option<&'a dyn Fn(&FusedKernel) -> bool>,
     /// Buffers a generated kernel may bind for its inputs and outputs (wgpu: the device's
     /// storage buffers per shader, less what the runtime binds itself); a larger group is
     /// split into kernels that fit. `usize::MAX`: no limit.
@@ -164,7 +163,7 @@ pub struct ScheduleOptions<'a> {
 }
 
 /// The step that runs live operation `op` (position `i`).
-fn step(op: &OperationIr, i: u32) -> Step {
+pub(crate) fn step(op: &OperationIr, i: u32) -> Step {
     match Activation::of(op) {
         Some(kind) => Step::Activation { op: i, kind },
         None => Step::Eager { op: i },
@@ -181,80 +180,14 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
             releases: Vec::new(),
         }
     };
-    let mut live: Vec<bool> = dead.iter().map(|d| !d).collect();
-    // Attention first: its products and softmax are not the other steps'.
-    let attention: Vec<AttentionGroup> = match options.attention {
-        Some(accepts) => attention_groups(ops, &live)
-            .into_iter()
-            .filter(|g| accepts(g))
-            .collect(),
-        None => Vec::new(),
-    };
-    // `attention_at[i]`: the group whose step sits at `i`; `in_attention[i]`: a part.
-    let mut attention_at = vec![None; ops.len()];
-    let mut in_attention = vec![false; ops.len()];
-    for (g, group) in attention.iter().enumerate() {
-        for i in group.ops() {
-            live[i as usize] = false;
-            in_attention[i as usize] = true;
-        }
-        attention_at[group.context as usize] = Some(g as u32);
-    }
-    // Library matmuls first: the operations of a matmul epilogue are not a pointwise kernel's.
-    let matmul: Vec<MatmulGroup> = match options.matmul {
-        Some(accepts) => matmul_groups(ops, &live)
-            .into_iter()
-            .filter(|g| accepts(g))
-            .collect(),
-        None => Vec::new(),
-    };
-    let mut matmul_at = vec![None; ops.len()];
-    let mut in_epilogue = vec![false; ops.len()];
-    for (g, group) in matmul.iter().enumerate() {
-        for i in group.ops() {
-            live[i as usize] = false;
-        }
-        matmul_at[group.op as usize] = Some(g as u32);
-        for i in group.epilogue_ops() {
-            in_epilogue[i as usize] = true;
-        }
-    }
-    let mut pointwise: Vec<PointwiseGroup> = match options.pointwise {
-        Some(accepts) => pointwise_groups(ops, &live, options.max_kernel_buffers)
-            .into_iter()
-            .filter(|g| accepts(&g.kernel))
-            .collect(),
-        None => Vec::new(),
-    };
-    if !options.symbolic_sizes.is_empty() {
-        for group in &mut pointwise {
-            let dynamic: Vec<bool> = group
-                .shape
-                .iter()
-                .map(|s| options.symbolic_sizes.binary_search(&(*s as u64)).is_ok())
-                .collect();
-            if dynamic.iter().any(|d| *d) {
-                group.dynamic = dynamic;
-            }
-        }
-    }
-    // Operations (and drops, and hoisted views) that belong to a group; the group's steps sit
-    // at its first op: the hoisted views, then the kernel.
-    let mut in_group = vec![None; ops.len()];
-    for (g, group) in pointwise.iter().enumerate() {
-        for &i in group.ops.iter().chain(&group.drops).chain(&group.hoisted) {
-            in_group[i as usize] = Some(g as u32);
-        }
+    let mut claims = Claims::new(dead.iter().map(|d| !d).collect());
+    for fuser in FUSERS {
+        fuser.fuse(ops, &options, &mut claims);
     }
     // Common subexpressions among the operations left to run one by one.
     let mut alias_at = vec![None; ops.len()];
     if options.common_subexpressions {
-        // `live` is already false for dead operations and those of attention and matmul
-        // steps; fused groups (with their hoisted views) are left out here.
-        let alone: Vec<bool> = (0..ops.len())
-            .map(|i| live[i] && in_group[i].is_none())
-            .collect();
-        for d in common_subexpressions(ops, &alone) {
+        for d in common_subexpressions(ops, &claims.live) {
             let at = d.op as usize;
             alias_at[at] = Some(d);
         }
@@ -262,20 +195,10 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
     let mut releases = releases.into_iter().peekable();
     let mut steps = Vec::with_capacity(ops.len());
     for (i, is_dead) in dead.iter().enumerate() {
-        if let Some(group) = attention_at[i] {
-            steps.push(Step::Attention { group });
-        } else if in_attention[i] {
-            // A part of an attention kernel (or a drop of one of its intermediates).
-        } else if let Some(group) = matmul_at[i] {
-            steps.push(Step::Matmul { group });
-        } else if in_epilogue[i] {
-            // An operation fused into a matmul's epilogue: runs with it.
-        } else if let Some(group) = in_group[i] {
-            let g = &pointwise[group as usize];
-            if g.ops[0] as usize == i {
-                steps.extend(g.hoisted.iter().map(|&h| step(&ops[h as usize], h)));
-                steps.push(Step::Pointwise { group });
-            }
+        if !claims.steps_at[i].is_empty() {
+            steps.append(&mut claims.steps_at[i]);
+        } else if claims.claimed[i] {
+            // Runs inside a fused step placed at another position.
         } else if let Some(d) = alias_at[i].take() {
             steps.push(Step::Alias {
                 op: d.op,
@@ -293,9 +216,9 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         steps,
         ops: ops.len() as u32,
         dead: dead.iter().filter(|d| **d).count() as u32,
-        pointwise,
-        matmul,
-        attention,
+        fused: claims.fused,
+        matmul: claims.matmul,
+        attention: claims.attention,
         memory: MemoryPlan::default(),
         symbolic: !options.symbolic_sizes.is_empty(),
     };

@@ -5,7 +5,7 @@
 //! each tensor would be one), and two intermediates whose lifetimes do not overlap share memory.
 //! Only values whose every use the plan can see are planned:
 //!
-//! - written by a [`Step::Pointwise`] or [`Step::Matmul`] step (outputs the runtime allocates);
+//! - written by a [`Step::Fused`] or [`Step::Matmul`] step (outputs the runtime allocates);
 //! - read only by such steps: an operation of the inner backend may return a view of its input
 //!   (a reshape, a swap), whose uses the plan does not follow, so a value any other step reads
 //!   keeps its own allocation (as does one an alias shares);
@@ -14,7 +14,7 @@
 //! A slot is reused only by a value written after the step that freed the previous one (a
 //! kernel never writes a slot it reads).
 
-use crate::{MatmulGroup, Plan, PointwiseGroup, Step};
+use crate::{FusedGroup, MatmulGroup, Plan, Step};
 use burn_ir::{OperationIr, TensorIr, TensorStatus};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -26,7 +26,7 @@ pub struct MemoryPlan {
     pub slots: Vec<u64>,
     /// Per pointwise group of the plan, per kernel output: its slot, or `None` (allocated on
     /// its own).
-    pub pointwise: Vec<Vec<Option<u32>>>,
+    pub fused: Vec<Vec<Option<u32>>>,
     /// Per matmul group of the plan: its output's slot, or `None`.
     pub matmul: Vec<Option<u32>>,
     /// Bytes the planned values would take allocated one by one (for `explain`: the sum over
@@ -37,7 +37,7 @@ pub struct MemoryPlan {
 impl MemoryPlan {
     /// Number of values placed in slots.
     pub fn planned(&self) -> usize {
-        self.pointwise.iter().flatten().flatten().count() + self.matmul.iter().flatten().count()
+        self.fused.iter().flatten().flatten().count() + self.matmul.iter().flatten().count()
     }
 
     /// Bytes of the replay's buffer.
@@ -49,7 +49,7 @@ impl MemoryPlan {
 /// Who writes a candidate value.
 #[derive(Clone, Copy)]
 enum Writer {
-    Pointwise { group: usize, output: usize },
+    Fused { group: usize, output: usize },
     Matmul { group: usize },
 }
 
@@ -159,8 +159,8 @@ pub fn memory_plan(ops: &[OperationIr], plan: &Plan) -> MemoryPlan {
                     }
                 }
             }
-            Step::Pointwise { group } => {
-                let g: &PointwiseGroup = &plan.pointwise[*group as usize];
+            Step::Fused { group } => {
+                let g: &FusedGroup = &plan.fused[*group as usize];
                 for (slot, consumed) in g.inputs.iter().zip(&g.consumed) {
                     if *consumed {
                         free(&mut values, slot_tensor(ops, slot, false), k);
@@ -172,7 +172,7 @@ pub fn memory_plan(ops: &[OperationIr], plan: &Plan) -> MemoryPlan {
                     }
                 }
                 for (o, slot) in g.outputs.iter().enumerate() {
-                    let writer = Writer::Pointwise {
+                    let writer = Writer::Fused {
                         group: *group as usize,
                         output: o,
                     };
@@ -210,8 +210,8 @@ pub fn memory_plan(ops: &[OperationIr], plan: &Plan) -> MemoryPlan {
 
     let mut memory = MemoryPlan {
         slots: Vec::new(),
-        pointwise: plan
-            .pointwise
+        fused: plan
+            .fused
             .iter()
             .map(|g| vec![None; g.outputs.len()])
             .collect(),
@@ -246,9 +246,7 @@ pub fn memory_plan(ops: &[OperationIr], plan: &Plan) -> MemoryPlan {
         };
         memory.unplanned_bytes += c.bytes;
         match c.writer {
-            Writer::Pointwise { group, output } => {
-                memory.pointwise[group][output] = Some(slot as u32)
-            }
+            Writer::Fused { group, output } => memory.fused[group][output] = Some(slot as u32),
             Writer::Matmul { group } => memory.matmul[group] = Some(slot as u32),
         }
     }

@@ -4,7 +4,7 @@
 use TensorStatus::*;
 use burn_backend::{BoolStore, DType};
 use burn_compile_graph::Activation;
-use burn_compile_schedule::{AttentionGroup, PointwiseKernel, ScheduleOptions, Step, schedule};
+use burn_compile_schedule::{AttentionGroup, FusedKernel, ScheduleOptions, Step, schedule};
 use burn_ir::{
     BaseOperationIr, CustomOpIr, MaskFillOpIr, OperationIr, ScalarIr, SwapDimsOpIr, TensorIr,
     TensorStatus,
@@ -146,7 +146,7 @@ fn multi_head_attention_becomes_one_attention_kernel() {
         vec![Step::Attention { group: 0 }, Step::Eager { op: 6 }]
     );
     assert_eq!(p.attention_kernels(), 1);
-    assert!(p.matmul.is_empty() && p.pointwise.is_empty());
+    assert!(p.matmul.is_empty() && p.fused.is_empty());
     assert_eq!(
         p.kernel_summaries(),
         vec![
@@ -222,14 +222,14 @@ fn attention_that_differs_from_the_attention_op_keeps_its_parts() {
 #[test]
 fn a_target_that_refuses_the_call_keeps_the_parts() {
     let ops = mha(MHA);
-    let pointwise: &dyn Fn(&PointwiseKernel) -> bool = &|_| true;
+    let pointwise: &dyn Fn(&FusedKernel) -> bool = &|_| true;
     let refuse: &dyn Fn(&AttentionGroup) -> bool = &|g| g.dtype != DType::F32;
     let p = schedule(
         &ops,
         ScheduleOptions {
             dead_code_elimination: true,
             common_subexpressions: true,
-            pointwise: Some(pointwise),
+            fused: Some(pointwise),
             max_kernel_buffers: usize::MAX,
             matmul: None,
             attention: Some(refuse),

@@ -122,7 +122,7 @@ fn epilogues_cublaslt_cannot_apply_in_that_order_are_left_out() {
     assert_eq!(p.matmul[0].residual, None);
     assert_eq!(
         p.steps,
-        vec![Step::Matmul { group: 0 }, Step::Pointwise { group: 0 }]
+        vec![Step::Matmul { group: 0 }, Step::Fused { group: 0 }]
     );
     // A ReLU before the residual add: cuBLASLt's ReLU comes after C. The ReLU fuses, the add
     // runs on its own.
@@ -268,7 +268,7 @@ fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
         ScheduleOptions {
             dead_code_elimination: false,
             common_subexpressions: true,
-            pointwise: None,
+            fused: None,
             max_kernel_buffers: usize::MAX,
             matmul: Some(refuse),
             attention: None,

@@ -108,11 +108,11 @@ fn kernel_outputs_and_product_outputs_share_slots_by_liveness() {
         ),
     ];
     let plan = plan(&ops, true, false);
-    assert_eq!(plan.pointwise.len(), 1, "{:?}", plan.steps);
+    assert_eq!(plan.fused.len(), 1, "{:?}", plan.steps);
     let memory = &plan.memory;
     // The kernel reads h1 and h2 while writing e: three slots; f (after the kernel) reuses the
     // first free one of the same size.
-    assert_eq!(memory.pointwise, vec![vec![Some(2)]]);
+    assert_eq!(memory.fused, vec![vec![Some(2)]]);
     assert_eq!(memory.matmul, vec![Some(0), Some(1), Some(0), None]);
     assert_eq!(memory.slots, vec![bytes(&[4, 16]); 3]);
 }

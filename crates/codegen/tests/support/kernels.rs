@@ -3,9 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use burn_backend::DType;
-use burn_compile_schedule::{
-    BinaryOp, Constant, Instr, PointwiseKernel, ReduceOp, RowLayout, UnaryOp,
-};
+use burn_compile_schedule::{BinaryOp, Constant, FusedKernel, Instr, ReduceOp, RowLayout, UnaryOp};
 
 pub const UNARY_OPS: [UnaryOp; 12] = [
     UnaryOp::Exp,
@@ -45,7 +43,7 @@ pub fn store(output: u16, value: u16) -> Instr {
 
 /// The shape the snapshots run `kernel` over: a row kernel's own shape, for a pointwise kernel
 /// a shape of its rank (`[1024]`, `[64, 128]`, `[4, 16, 32]`).
-pub fn snapshot_shape(kernel: &PointwiseKernel) -> Vec<usize> {
+pub fn snapshot_shape(kernel: &FusedKernel) -> Vec<usize> {
     match &kernel.row {
         Some(row) => row.shape.clone(),
         None => [vec![1024], vec![64, 128], vec![4, 16, 32]][kernel.rank as usize - 1].clone(),
@@ -59,8 +57,8 @@ pub fn kernel(
     outputs: u16,
     scalars: u16,
     program: Vec<Instr>,
-) -> PointwiseKernel {
-    PointwiseKernel {
+) -> FusedKernel {
+    FusedKernel {
         dtype: DType::F32,
         rank,
         inputs,
@@ -82,8 +80,8 @@ pub fn row_kernel(
     row_outputs: Vec<bool>,
     scalars: u16,
     program: Vec<Instr>,
-) -> PointwiseKernel {
-    PointwiseKernel {
+) -> FusedKernel {
+    FusedKernel {
         row: Some(RowLayout::new(shape.to_vec(), row_outputs.clone())),
         ..kernel(
             shape.len() as u8,
@@ -97,7 +95,7 @@ pub fn row_kernel(
 
 /// Burn's layer norm over the last dimension of `[rows, n]`, as recorded (mean, centred
 /// square, mean, `+ eps` (scalar 0), sqrt, divide), then `· γ[1, n] + β[1, n]`.
-pub fn layer_norm(rows: usize, n: usize) -> PointwiseKernel {
+pub fn layer_norm(rows: usize, n: usize) -> FusedKernel {
     row_kernel(
         &[rows, n],
         vec![vec![false, false], vec![true, false], vec![true, false]],
@@ -124,7 +122,7 @@ pub fn layer_norm(rows: usize, n: usize) -> PointwiseKernel {
 
 /// Softmax over the last dimension of a rank-3 shape, as the scheduler expands it, also
 /// writing the row sums (a row output).
-pub fn softmax_rows(shape: [usize; 3]) -> PointwiseKernel {
+pub fn softmax_rows(shape: [usize; 3]) -> FusedKernel {
     row_kernel(
         &shape,
         vec![vec![false, false, false]],
@@ -145,7 +143,7 @@ pub fn softmax_rows(shape: [usize; 3]) -> PointwiseKernel {
 
 /// Log-softmax over the last dimension, as the schedule expands Burn's:
 /// `d = x - max(x)`, `d - log(sum(exp(d)))`.
-pub fn log_softmax_rows(shape: [usize; 3]) -> PointwiseKernel {
+pub fn log_softmax_rows(shape: [usize; 3]) -> FusedKernel {
     row_kernel(
         &shape,
         vec![vec![false, false, false]],
@@ -165,7 +163,7 @@ pub fn log_softmax_rows(shape: [usize; 3]) -> PointwiseKernel {
 }
 
 /// `x·s[r, 1] - Σ x·s` over `[8, 256]`: a row kernel reading an input broadcast along the row.
-pub fn row_scaled_minus_sum() -> PointwiseKernel {
+pub fn row_scaled_minus_sum() -> FusedKernel {
     row_kernel(
         &[8, 256],
         vec![vec![false, false], vec![false, true]],
@@ -183,7 +181,7 @@ pub fn row_scaled_minus_sum() -> PointwiseKernel {
 }
 
 /// `(x - m[r, 1]) * s0`: an input broadcast along the last dimension (a row statistic).
-pub fn row_broadcast() -> PointwiseKernel {
+pub fn row_broadcast() -> FusedKernel {
     kernel(
         2,
         vec![vec![false, false], vec![false, true]],
@@ -201,7 +199,7 @@ pub fn row_broadcast() -> PointwiseKernel {
 }
 
 /// `out = exp(x) * s0 + x`, rank 2, one runtime scalar.
-pub fn chain() -> PointwiseKernel {
+pub fn chain() -> FusedKernel {
     kernel(
         2,
         vec![vec![false, false]],
@@ -220,7 +218,7 @@ pub fn chain() -> PointwiseKernel {
 
 /// Folded `ones` and `zeros`: `y = (1 − x) · s1`, `z = x + s0` — the one a literal, the
 /// zero a scalar argument (of value 0 at replay), as the schedule emits them.
-pub fn constants() -> PointwiseKernel {
+pub fn constants() -> FusedKernel {
     kernel(
         2,
         vec![vec![false, false]],
@@ -243,7 +241,7 @@ pub fn constants() -> PointwiseKernel {
 }
 
 /// A kernel that reads no tensor: `exp(s0)` everywhere (a `full` folded with what follows).
-pub fn fill() -> PointwiseKernel {
+pub fn fill() -> FusedKernel {
     kernel(
         2,
         vec![],
@@ -254,12 +252,12 @@ pub fn fill() -> PointwiseKernel {
 }
 
 /// `out = relu(x + bias[1, n])`: the bias skips dimension 0.
-pub fn bias_relu() -> PointwiseKernel {
+pub fn bias_relu() -> FusedKernel {
     bias_activation(UnaryOp::Relu)
 }
 
 /// `out = op(x + bias[1, n])`.
-pub fn bias_activation(op: UnaryOp) -> PointwiseKernel {
+pub fn bias_activation(op: UnaryOp) -> FusedKernel {
     kernel(
         2,
         vec![vec![false, false], vec![true, false]],
@@ -276,7 +274,7 @@ pub fn bias_activation(op: UnaryOp) -> PointwiseKernel {
 }
 
 /// `out = x - y`, rank 2, both read with their own strides (the strided-input cases).
-pub fn difference() -> PointwiseKernel {
+pub fn difference() -> FusedKernel {
     kernel(
         2,
         vec![vec![false, false], vec![false, false]],
@@ -287,7 +285,7 @@ pub fn difference() -> PointwiseKernel {
 }
 
 /// `y = gelu(x); z = sigmoid(y) / (tanh(x) + y)`, rank 3: `y` is written and reused.
-pub fn two_outputs() -> PointwiseKernel {
+pub fn two_outputs() -> FusedKernel {
     kernel(
         3,
         vec![vec![false, false, false]],
@@ -307,7 +305,7 @@ pub fn two_outputs() -> PointwiseKernel {
 }
 
 /// `out = op(x)`, rank 1.
-pub fn unary(op: UnaryOp) -> PointwiseKernel {
+pub fn unary(op: UnaryOp) -> FusedKernel {
     kernel(
         1,
         vec![vec![false]],
@@ -318,7 +316,7 @@ pub fn unary(op: UnaryOp) -> PointwiseKernel {
 }
 
 /// `out = op(x, y)`, rank 1.
-pub fn binary(op: BinaryOp) -> PointwiseKernel {
+pub fn binary(op: BinaryOp) -> FusedKernel {
     kernel(
         1,
         vec![vec![false], vec![false]],

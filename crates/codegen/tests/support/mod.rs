@@ -6,9 +6,9 @@ mod kernels;
 pub mod reference;
 pub use kernels::*;
 
-use burn_compile_schedule::PointwiseKernel;
+use burn_compile_schedule::FusedKernel;
 
 /// The layout the snapshots launch `kernel` over: [`snapshot_shape`], inputs contiguous.
-pub fn layout(kernel: &PointwiseKernel) -> burn_compile_codegen::LaunchLayout {
+pub fn layout(kernel: &FusedKernel) -> burn_compile_codegen::LaunchLayout {
     burn_compile_codegen::LaunchLayout::contiguous(kernel, &snapshot_shape(kernel))
 }

@@ -2,7 +2,7 @@
 //! evaluated on the host in f64, over inputs given with their strides.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use burn_compile_schedule::{BinaryOp, Instr, PointwiseKernel, ReduceOp, UnaryOp};
+use burn_compile_schedule::{BinaryOp, FusedKernel, Instr, ReduceOp, UnaryOp};
 
 /// Reproducible values in [lo, hi).
 pub fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
@@ -78,7 +78,7 @@ pub fn eval_binary(op: BinaryOp, x: f64, y: f64) -> f64 {
 
 /// A row kernel's program evaluated on the host, in f64, row by row: each value is a vector
 /// over the row's columns (a row value repeats one number).
-pub fn row_reference(k: &PointwiseKernel, inputs: &[Input], scalars: &[f32]) -> Vec<Vec<f64>> {
+pub fn row_reference(k: &FusedKernel, inputs: &[Input], scalars: &[f32]) -> Vec<Vec<f64>> {
     let layout = k.row.as_ref().expect("row kernel");
     let shape = &layout.shape;
     let (rank, n) = (shape.len(), *shape.last().unwrap());
@@ -150,7 +150,7 @@ pub fn row_reference(k: &PointwiseKernel, inputs: &[Input], scalars: &[f32]) -> 
 /// The program evaluated on the host, in f64: one vector per output.
 #[allow(clippy::needless_range_loop)] // `pos` indexes every output
 pub fn reference(
-    k: &PointwiseKernel,
+    k: &FusedKernel,
     shape: &[usize],
     inputs: &[Input],
     scalars: &[f32],

@@ -29,7 +29,7 @@ use burn_compile_codegen_c::{
     CFunction, KernelFn, Toolchain, Unit, c_function, c_symbolic_function, c_unit, symbolic_args,
     symbolic_layout, symbolic_tasks,
 };
-use burn_compile_schedule::PointwiseKernel;
+use burn_compile_schedule::FusedKernel;
 use burn_flex::FlexTensor;
 use burn_ndarray::NdArrayTensor;
 use burn_std::{Bytes, Shape};
@@ -133,9 +133,9 @@ fn build_unit(
 #[derive(Default)]
 struct State {
     /// Per kernel (found by reference at each call: no copy of its program), per layout.
-    entries: FxHashMap<PointwiseKernel, FxHashMap<Layout, Entry>>,
+    entries: FxHashMap<FusedKernel, FxHashMap<Layout, Entry>>,
     /// What was met in the current replay, in order (function `k{i}` of the next unit).
-    pending_keys: Vec<(PointwiseKernel, Layout)>,
+    pending_keys: Vec<(FusedKernel, Layout)>,
     pending: Vec<CFunction>,
     settings: Option<Settings>,
     /// The toolchain of `settings`, probed at the first build (`Err`: why there is none).
@@ -356,7 +356,7 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                 scalars,
                 dynamic,
                 ..
-            } => self.pointwise(kernel, shape, inputs, scalars, dynamic),
+            } => self.fused_kernel(kernel, shape, inputs, scalars, dynamic),
             // The backend's own matmul and attention; a reshape that needs a copy copies in
             // the backend's own kernel.
             Work::Matmul { .. } | Work::Attention { .. } | Work::ReshapeCopy { .. } => Ok(None),
@@ -452,9 +452,9 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
 
 impl<T: HostTensor> CpuTarget<T> {
     /// Runs a C kernel (in-place slots and vectorization are the compiler's business here).
-    fn pointwise(
+    fn fused_kernel(
         &self,
-        kernel: &PointwiseKernel,
+        kernel: &FusedKernel,
         shape: &Shape,
         inputs: &[T],
         scalars: &[f64],

@@ -15,7 +15,7 @@ mod cublaslt;
 mod cuda_graph;
 
 use burn_backend::DType;
-use burn_compile_schedule::{AttentionGroup, MatmulGroup, PointwiseKernel};
+use burn_compile_schedule::{AttentionGroup, FusedKernel, MatmulGroup};
 use burn_std::Shape;
 use std::any::Any;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ pub struct MatmulEpilogue<'a, T> {
 #[derive(Clone, Copy, Debug)]
 pub enum Lowering<'a> {
     /// A fused group's generated kernel.
-    Kernel(&'a PointwiseKernel),
+    Kernel(&'a FusedKernel),
     /// A library matmul with its epilogue.
     Matmul(&'a MatmulGroup),
     /// `softmax(q @ kᵀ / √d) @ v` as one kernel.
@@ -50,7 +50,7 @@ pub enum Work<'a, T> {
     /// `vectorize`: vector loads and stores where the buffers allow. `dynamic` (empty: none):
     /// the dimensions of a symbolic plan's kernel whose sizes are runtime arguments.
     Kernel {
-        kernel: &'a PointwiseKernel,
+        kernel: &'a FusedKernel,
         shape: &'a Shape,
         inputs: &'a [T],
         scalars: &'a [f64],
@@ -326,7 +326,7 @@ mod cube {
     use burn_backend::ops::AttentionModuleOptions;
     use burn_backend::{DType, ElementConversion};
     use burn_compile_codegen::{LaunchLayout, launch_pointwise, widest_aligned};
-    use burn_compile_schedule::{AttentionGroup, Instr, PointwiseKernel};
+    use burn_compile_schedule::{AttentionGroup, FusedKernel, Instr};
     use burn_cubecl::CubeRuntime;
     use burn_cubecl::cubecl::ScalarArgType;
     use burn_cubecl::cubecl::client::ComputeClient;
@@ -377,7 +377,7 @@ mod cube {
         /// The outputs of `kernel` over `shape`: in their slots when given, else new.
         fn outputs(
             &self,
-            kernel: &PointwiseKernel,
+            kernel: &FusedKernel,
             shape: &Shape,
             into: &[Option<&CubeTensor<R>>],
         ) -> Vec<CubeTensor<R>> {
@@ -532,8 +532,8 @@ mod cube {
     }
 
     /// The kernel copying `n` tensors of one shape (rank `rank`), input `i` to output `i`.
-    fn copy_kernel(dtype: DType, rank: usize, n: usize) -> PointwiseKernel {
-        PointwiseKernel {
+    fn copy_kernel(dtype: DType, rank: usize, n: usize) -> FusedKernel {
+        FusedKernel {
             dtype,
             rank: rank as u8,
             inputs: vec![vec![false; rank]; n],
@@ -618,7 +618,7 @@ mod cube {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch_any<R: CubeRuntime>(
         client: &ComputeClient<R>,
-        kernel: &PointwiseKernel,
+        kernel: &FusedKernel,
         inputs: &[CubeTensor<R>],
         scalars: &[f64],
         outputs: &[CubeTensor<R>],
@@ -672,7 +672,7 @@ mod cube {
     /// buffers and their lengths in elements.
     fn launch<R: CubeRuntime, E: Float + ScalarArgType + ElementConversion>(
         client: &ComputeClient<R>,
-        kernel: &PointwiseKernel,
+        kernel: &FusedKernel,
         layout: &LaunchLayout,
         inputs: Vec<(Handle, usize)>,
         scalars: &[f64],
@@ -690,7 +690,7 @@ mod cube {
     }
 
     impl<R: CubeRuntime> CubeTarget<R> {
-        pub(super) fn accepts(&self, kernel: &PointwiseKernel) -> bool {
+        pub(super) fn accepts(&self, kernel: &FusedKernel) -> bool {
             self.dtypes.contains(&kernel.dtype)
         }
 
@@ -737,9 +737,9 @@ mod cube {
         }
 
         #[allow(clippy::too_many_arguments)]
-        pub(super) fn pointwise(
+        pub(super) fn fused_kernel(
             &self,
-            kernel: &PointwiseKernel,
+            kernel: &FusedKernel,
             shape: &Shape,
             inputs: &[CubeTensor<R>],
             scalars: &[f64],
@@ -926,7 +926,7 @@ mod cube {
                     into,
                     vectorize,
                     dynamic,
-                } => self.pointwise(kernel, shape, inputs, scalars, into, vectorize, dynamic),
+                } => self.fused_kernel(kernel, shape, inputs, scalars, into, vectorize, dynamic),
                 Work::Attention { group, q, k, v } => {
                     Ok(self.attention(group, q, k, v)?.map(|out| vec![out]))
                 }

@@ -5,7 +5,7 @@
 use burn_backend::{DType, Shape};
 use burn_compile_graph::Activation;
 use burn_compile_schedule::{
-    AttentionGroup, MatmulGroup, Plan, PointwiseKernel, ScheduleOptions, schedule,
+    AttentionGroup, FusedKernel, MatmulGroup, Plan, ScheduleOptions, schedule,
 };
 use burn_ir::{
     BaseOperationIr, BinaryOpIr, CustomOpIr, FloatOperationIr, LinearOpIr, MatmulOpIr,
@@ -150,7 +150,7 @@ pub fn plan(ops: &[OperationIr], matmul: bool, attention: bool) -> Plan {
         ScheduleOptions {
             dead_code_elimination: true,
             common_subexpressions: true,
-            pointwise: Some(&every::<PointwiseKernel>),
+            fused: Some(&every::<FusedKernel>),
             max_kernel_buffers: usize::MAX,
             matmul: matmul.then_some(&every::<MatmulGroup>),
             attention: attention.then_some(&every::<AttentionGroup>),

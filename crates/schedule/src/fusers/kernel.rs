@@ -1,6 +1,6 @@
-//! Pointwise fusion: a run of elementwise float operations over one iteration shape becomes one
-//! kernel that reads each input once, keeps intermediates in registers and writes only what is
-//! used after the run or outlives the graph.
+//! Generated kernels ([`KernelFuser`]): a run of elementwise float operations over one iteration
+//! shape becomes one kernel that reads each input once, keeps intermediates in registers and
+//! writes only what is used after the run or outlives the graph (a pointwise kernel).
 //!
 //! Row fusion extends it to reductions over the last dimension: a run over a shape `[R…, N]`
 //! may also hold reductions (sum, mean, max) of such tensors to `[R…, 1]`, elementwise ops on
@@ -25,6 +25,7 @@
 //! tensor id, and carry no scalar values (scalars are runtime arguments, read from the recorded
 //! operations at replay): one kernel serves every graph with the same key.
 
+use crate::kernel::{BinaryOp, Constant, FusedKernel, Instr, ReduceOp, RowLayout, UnaryOp};
 use burn_backend::{DType, Shape};
 use burn_compile_graph::Activation;
 use burn_ir::{
@@ -34,189 +35,11 @@ use burn_ir::{
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
-/// An elementwise function of one value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum UnaryOp {
-    Exp,
-    Log,
-    Sqrt,
-    Tanh,
-    Erf,
-    Recip,
-    Abs,
-    Cos,
-    Sin,
-    Relu,
-    Sigmoid,
-    /// Burn's exact GELU: `x · (1 + erf(x / √2)) / 2`.
-    Gelu,
-}
-
-/// An elementwise function of two values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Powf,
-}
-
-/// A reduction over the last dimension.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ReduceOp {
-    Sum,
-    Mean,
-    Max,
-}
-
-/// A constant a kernel computes instead of reading (Burn's `ones`, and `zeros`).
-///
-/// In the generated code only one is a literal: a shader compiler may fold `x + 0.0` to `x`
-/// (Vulkan does not promise signed zeros for literals; −0 + 0 is +0), so a zero reaches the
-/// kernel as a runtime scalar argument of value 0, which no compiler can fold. Every identity
-/// a compiler may apply to a literal one (x·1, x/1) is exact.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Constant {
-    One,
-}
-
-impl Constant {
-    pub fn value(self) -> f64 {
-        match self {
-            Constant::One => 1.0,
-        }
-    }
-}
-
 /// A known value of a register, for the exact simplifications of [`simplified`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Known {
     Zero,
     One,
-}
-
-/// One instruction of a kernel program. Each value-producing instruction defines the next
-/// register (SSA: register `k` is the `k`-th value produced).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Instr {
-    /// Kernel input `input`, read at the current position (broadcast as the input says).
-    Load {
-        input: u16,
-    },
-    /// Runtime scalar argument `index`.
-    Scalar {
-        index: u16,
-    },
-    /// A constant (folded from a `ones` tensor, which is then never filled; a `zeros` tensor
-    /// becomes a [`Instr::Scalar`] of value 0, see [`Constant`]).
-    Const {
-        value: Constant,
-    },
-    Unary {
-        op: UnaryOp,
-        a: u16,
-    },
-    Binary {
-        op: BinaryOp,
-        a: u16,
-        b: u16,
-    },
-    /// Writes register `value` to kernel output `output` (not a value).
-    Store {
-        output: u16,
-        value: u16,
-    },
-    /// Reduction of register `a` over the row (row kernels only): a row value.
-    Reduce {
-        op: ReduceOp,
-        a: u16,
-    },
-}
-
-/// How a row kernel walks its iteration space `[R…, N]`: `units` units share a row, a cube
-/// holds `rows_per_cube` rows (its units laid out `[rows_per_cube, units]`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct RowLayout {
-    /// The iteration shape (shapes are part of the graph key, so kernels specialize on them).
-    pub shape: Vec<usize>,
-    /// Units per row (a power of two): each takes every `units`-th column.
-    pub units: u32,
-    /// Rows per cube (a power of two that divides the number of rows, so no cube holds a
-    /// partial set of rows and every unit of a cube reaches the same barriers).
-    pub rows_per_cube: u32,
-    /// Per output: a row value (shape `[R…, 1]`) rather than a full tensor.
-    pub row_outputs: Vec<bool>,
-}
-
-impl RowLayout {
-    /// Units per cube the layout aims for: enough to hide latency, within wgpu's default
-    /// limit of 256 invocations per workgroup.
-    pub const CUBE: u32 = 256;
-    /// Rows of up to this many columns are taken by one plane-sized group of 32 units (a
-    /// warp on CUDA: the reduction needs no shared memory there); longer rows get more units.
-    pub const PLANE_ROW: usize = 1024;
-
-    /// The layout of a row kernel over `shape`.
-    ///
-    /// Short rows (W1's softmax has 128 columns, its layer norms 512) are where a cube per row
-    /// wastes the GPU: most units idle and every reduction step waits at a cube-wide barrier.
-    /// So a row of up to [`Self::PLANE_ROW`] columns gets 32 units (a plane on NVIDIA GPUs)
-    /// and a cube packs several rows; a longer row gets up to 256 units, at least 8 columns
-    /// each, and a cube of its own.
-    pub fn new(shape: Vec<usize>, row_outputs: Vec<bool>) -> RowLayout {
-        let rank = shape.len();
-        let columns = shape[rank - 1].max(1);
-        let rows: usize = shape[..rank - 1].iter().product();
-        let units = if columns <= Self::PLANE_ROW {
-            32
-        } else {
-            (columns / 8).next_power_of_two().min(Self::CUBE as usize) as u32
-        };
-        // The largest power of two that divides the rows, up to a full cube.
-        let most = (Self::CUBE / units).max(1);
-        let divides = if rows == 0 {
-            1
-        } else {
-            1u32 << rows.trailing_zeros().min(31)
-        };
-        RowLayout {
-            shape,
-            units,
-            rows_per_cube: most.min(divides),
-            row_outputs,
-        }
-    }
-
-    /// Number of rows.
-    pub fn rows(&self) -> usize {
-        self.shape[..self.shape.len() - 1].iter().product()
-    }
-
-    /// Number of columns (the reduced dimension).
-    pub fn columns(&self) -> usize {
-        self.shape[self.shape.len() - 1]
-    }
-}
-
-/// A fused elementwise kernel: what code generation needs, and nothing that changes between
-/// graphs with the same key.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct PointwiseKernel {
-    /// Element type of every input, output and register.
-    pub dtype: DType,
-    /// Rank of the iteration space (the output shape).
-    pub rank: u8,
-    /// Per input, per dimension: broadcast (size 1 where the output's is larger).
-    pub inputs: Vec<Vec<bool>>,
-    /// Number of outputs.
-    pub outputs: u16,
-    /// Number of scalar arguments.
-    pub scalars: u16,
-    pub program: Vec<Instr>,
-    /// `Some` for a row kernel (reductions over the last dimension, or row values).
-    #[serde(default)]
-    pub row: Option<RowLayout>,
 }
 
 /// Where a kernel input or output lives in the graph: operation `op`, position `pos` in its
@@ -229,7 +52,7 @@ pub struct Slot {
 
 /// One fused group of a graph and its kernel.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PointwiseGroup {
+pub struct FusedGroup {
     /// Positions of the fused operations, in program order.
     pub ops: Vec<u32>,
     /// Positions of the `Drop`s inside the run (they run after the kernel).
@@ -248,7 +71,7 @@ pub struct PointwiseGroup {
     pub scalars: Vec<u32>,
     /// Output shape (the iteration space) of the graph the plan was built from.
     pub shape: Shape,
-    pub kernel: PointwiseKernel,
+    pub kernel: FusedKernel,
     /// Per dimension of the iteration space: symbolic (its size is a runtime argument of the
     /// kernel, read from the replayed graph's own shapes). Empty: every size is a constant of
     /// the kernel (a plan specialized on every shape).
@@ -256,7 +79,7 @@ pub struct PointwiseGroup {
     pub dynamic: Vec<bool>,
 }
 
-impl PointwiseGroup {
+impl FusedGroup {
     /// Whether dimension `d` of the iteration space is symbolic.
     pub fn is_dynamic(&self, d: usize) -> bool {
         self.dynamic.get(d).copied().unwrap_or(false)
@@ -527,16 +350,12 @@ fn lifetimes(ops: &[OperationIr]) -> (FxHashMap<u64, u32>, FxHashSet<u64>) {
     (last_read, ended)
 }
 
-/// Finds the pointwise groups of a graph. `live[i]` false marks operations that will not run
+/// Finds the generated kernels' groups of a graph (elementwise runs and row reductions). `live[i]` false marks operations that will not run
 /// (dead code); they end runs. A kernel binds one buffer per input and output: a group that
 /// would need more than `max_buffers` is split into consecutive parts that each fit (wgpu
 /// devices bind a few dozen storage buffers per shader; an optimizer step over many parameters
 /// is one run of a hundred elementwise ops).
-pub fn pointwise_groups(
-    ops: &[OperationIr],
-    live: &[bool],
-    max_buffers: usize,
-) -> Vec<PointwiseGroup> {
+pub fn fused_groups(ops: &[OperationIr], live: &[bool], max_buffers: usize) -> Vec<FusedGroup> {
     let (last_read, ended) = lifetimes(ops);
     let mut groups = Vec::new();
     let mut run = Run::default();
@@ -596,7 +415,7 @@ fn worth_a_kernel(ops: &[OperationIr], run: &[u32]) -> bool {
 }
 
 /// Buffers a group's kernel binds for its tensors.
-fn buffers(group: &PointwiseGroup) -> usize {
+fn buffers(group: &FusedGroup) -> usize {
     group.inputs.len() + group.outputs.len()
 }
 
@@ -606,11 +425,11 @@ fn buffers(group: &PointwiseGroup) -> usize {
 /// operation is left to the inner backend, as in an unsplit run.
 fn fit(
     ops: &[OperationIr],
-    group: PointwiseGroup,
+    group: FusedGroup,
     max_buffers: usize,
     last_read: &FxHashMap<u64, u32>,
     ended: &FxHashSet<u64>,
-    out: &mut Vec<PointwiseGroup>,
+    out: &mut Vec<FusedGroup>,
 ) {
     if buffers(&group) <= max_buffers {
         out.push(group);
@@ -677,7 +496,7 @@ fn row_shape(shape: &Shape) -> Shape {
     Shape::from(dims)
 }
 
-/// The run being grown by [`pointwise_groups`].
+/// The run being grown by [`fused_groups`].
 #[derive(Default)]
 struct Run {
     ops: Vec<u32>,
@@ -723,7 +542,7 @@ impl Run {
         ops: &[OperationIr],
         last_read: &FxHashMap<u64, u32>,
         ended: &FxHashSet<u64>,
-        groups: &mut Vec<PointwiseGroup>,
+        groups: &mut Vec<FusedGroup>,
     ) {
         // Drops and views after the last fused op stay where they are.
         let end = self.ops.last().copied();
@@ -776,7 +595,7 @@ fn build(
     ended: &FxHashSet<u64>,
     shape: &Shape,
     row: bool,
-) -> PointwiseGroup {
+) -> FusedGroup {
     let end = *run.last().expect("non-empty run");
     let first = fusible(&ops[run[0] as usize]).expect("fusible");
     let (shape, dtype) = (shape.clone(), first.out.dtype);
@@ -934,11 +753,11 @@ fn build(
     }
     let row = row.then(|| RowLayout::new(shape.to_vec(), row_outputs));
 
-    PointwiseGroup {
+    FusedGroup {
         ops: run.to_vec(),
         drops: drops.to_vec(),
         hoisted: Vec::new(),
-        kernel: PointwiseKernel {
+        kernel: FusedKernel {
             dtype,
             rank: shape.num_dims() as u8,
             inputs: broadcast,
@@ -953,5 +772,52 @@ fn build(
         scalars,
         shape,
         dynamic: Vec::new(),
+    }
+}
+
+/// Runs of elementwise operations and row reductions as one generated kernel each.
+pub(crate) struct KernelFuser;
+
+impl super::Fuser for KernelFuser {
+    fn fuse(
+        &self,
+        ops: &[OperationIr],
+        options: &crate::ScheduleOptions<'_>,
+        claims: &mut super::Claims,
+    ) {
+        let Some(accepts) = options.fused else {
+            return;
+        };
+        for mut group in fused_groups(ops, &claims.live, options.max_kernel_buffers) {
+            if !accepts(&group.kernel) {
+                continue;
+            }
+            if !options.symbolic_sizes.is_empty() {
+                let dynamic: Vec<bool> = group
+                    .shape
+                    .iter()
+                    .map(|s| options.symbolic_sizes.binary_search(&(*s as u64)).is_ok())
+                    .collect();
+                if dynamic.iter().any(|d| *d) {
+                    group.dynamic = dynamic;
+                }
+            }
+            // Its operations, drops and hoisted views run at the group's first operation:
+            // the views, then the kernel.
+            for &i in group.ops.iter().chain(&group.drops).chain(&group.hoisted) {
+                claims.live[i as usize] = false;
+                claims.claimed[i as usize] = true;
+            }
+            let at = claims.fused.len() as u32;
+            let steps = &mut claims.steps_at[group.ops[0] as usize];
+            steps.extend(
+                group
+                    .hoisted
+                    .iter()
+                    .map(|&h| crate::step(&ops[h as usize], h)),
+            );
+            steps.push(crate::Step::Fused { group: at });
+            claims.fused.push(group);
+        }
     }
 }

@@ -1,10 +1,11 @@
-//! Pointwise grouping on hand-built graphs: graph in, exactly these kernels out.
+//! Generated kernels (elementwise runs and row reductions) on hand-built graphs: graph in, exactly
+//! these kernels out.
 
 use TensorStatus::*;
 use burn_backend::DType;
 use burn_compile_graph::Activation;
 use burn_compile_schedule::{
-    BinaryOp, Constant, Instr, PointwiseGroup, ReduceOp, RowLayout, Slot, UnaryOp, pointwise_groups,
+    BinaryOp, Constant, FusedGroup, Instr, ReduceOp, RowLayout, Slot, UnaryOp, fused_groups,
 };
 use burn_ir::{
     BinaryOpIr, CustomOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr,
@@ -27,8 +28,8 @@ fn drop_op(id: u64, shape: &[usize]) -> OperationIr {
     OperationIr::Drop(t(id, shape, ReadWrite))
 }
 
-fn groups(ops: &[OperationIr]) -> Vec<PointwiseGroup> {
-    pointwise_groups(ops, &vec![true; ops.len()], usize::MAX)
+fn groups(ops: &[OperationIr]) -> Vec<FusedGroup> {
+    fused_groups(ops, &vec![true; ops.len()], usize::MAX)
 }
 
 /// 3 = x(1) @ w(2); 5 = 3! + bias(4)[1, 8]; (drop 4;) 6 = relu(5!); 7 = 6 @ w2(2)
@@ -177,7 +178,7 @@ fn single_ops_int_ops_and_dead_ops_are_not_fused() {
         exp(t(1, s, ReadOnly), 3),
         exp(t(1, s, ReadOnly), 4),
     ];
-    assert!(pointwise_groups(&ops, &[true, false, true], usize::MAX).is_empty());
+    assert!(fused_groups(&ops, &[true, false, true], usize::MAX).is_empty());
 }
 
 #[test]
@@ -206,16 +207,16 @@ fn an_input_whose_last_use_is_a_later_read_in_the_run_is_consumed() {
 
 // Plans: the fused group's step replaces its operations and drops.
 
-use burn_compile_schedule::{PointwiseKernel, ScheduleOptions, Step, schedule};
+use burn_compile_schedule::{FusedKernel, ScheduleOptions, Step, schedule};
 
 fn plan_of(
     ops: &[OperationIr],
-    pointwise: Option<&dyn Fn(&PointwiseKernel) -> bool>,
+    fused: Option<&dyn Fn(&FusedKernel) -> bool>,
 ) -> burn_compile_schedule::Plan {
     let options = ScheduleOptions {
         dead_code_elimination: true,
         common_subexpressions: true,
-        pointwise,
+        fused,
         max_kernel_buffers: usize::MAX,
         matmul: None,
         attention: None,
@@ -225,7 +226,7 @@ fn plan_of(
     schedule(ops, options)
 }
 
-fn plan_with(ops: &[OperationIr], accepts: &dyn Fn(&PointwiseKernel) -> bool) -> Vec<Step> {
+fn plan_with(ops: &[OperationIr], accepts: &dyn Fn(&FusedKernel) -> bool) -> Vec<Step> {
     plan_of(ops, Some(accepts)).steps
 }
 
@@ -238,15 +239,11 @@ fn a_plan_launches_one_kernel_for_a_fused_run() {
         plan.steps,
         vec![
             Step::Eager { op: 0 },
-            Step::Pointwise { group: 0 },
+            Step::Fused { group: 0 },
             Step::Eager { op: 4 },
         ]
     );
-    assert_eq!(
-        plan.pointwise[0].drops,
-        vec![2],
-        "the drop runs with the group"
-    );
+    assert_eq!(plan.fused[0].drops, vec![2], "the drop runs with the group");
     assert_eq!(
         (plan.launches(), plan.fused_kernels(), plan.fused_ops()),
         (3, 1, 2)
@@ -266,11 +263,8 @@ fn a_kernel_the_target_refuses_runs_op_by_op() {
     // No target, or fusion off.
     let off = plan_of(&ops, None);
     assert_eq!(off.steps, refused);
-    assert!(off.pointwise.is_empty());
-    assert_eq!(
-        plan_with(&ops, &|_| true),
-        vec![Step::Pointwise { group: 0 }]
-    );
+    assert!(off.fused.is_empty());
+    assert_eq!(plan_with(&ops, &|_| true), vec![Step::Fused { group: 0 }]);
 }
 
 #[test]
@@ -284,15 +278,15 @@ fn a_view_of_an_outside_tensor_is_hoisted_and_the_run_goes_on() {
         add(t(6, m, ReadWrite), t(2, m, ReadOnly), 7),
     ];
     let plan = plan_of(&ops, Some(&|_| true));
-    assert_eq!(plan.pointwise.len(), 1, "{plan:#?}");
-    assert_eq!(plan.pointwise[0].ops, vec![0, 2, 3]);
-    assert_eq!(plan.pointwise[0].hoisted, vec![1]);
+    assert_eq!(plan.fused.len(), 1, "{plan:#?}");
+    assert_eq!(plan.fused[0].ops, vec![0, 2, 3]);
+    assert_eq!(plan.fused[0].hoisted, vec![1]);
     assert_eq!(
         plan.steps,
-        vec![Step::Eager { op: 1 }, Step::Pointwise { group: 0 }],
+        vec![Step::Eager { op: 1 }, Step::Fused { group: 0 }],
         "the reshape runs before the kernel"
     );
-    assert_eq!(plan.pointwise[0].consumed, vec![true, true, false]);
+    assert_eq!(plan.fused[0].consumed, vec![true, true, false]);
 }
 
 #[test]
@@ -306,12 +300,12 @@ fn a_view_of_a_tensor_of_the_run_ends_it() {
         exp(t(4, &[8, 4], ReadWrite), 5),
     ];
     let plan = plan_of(&ops, Some(&|_| true));
-    assert_eq!(plan.pointwise.len(), 1);
-    assert!(plan.pointwise[0].hoisted.is_empty());
+    assert_eq!(plan.fused.len(), 1);
+    assert!(plan.fused[0].hoisted.is_empty());
     assert_eq!(
         plan.steps,
         vec![
-            Step::Pointwise { group: 0 },
+            Step::Fused { group: 0 },
             Step::Eager { op: 2 },
             Step::Eager { op: 3 }
         ]
@@ -411,11 +405,11 @@ fn a_residual_add_and_layer_norm_are_one_row_kernel() {
         vec![
             Step::Eager { op: 8 },
             Step::Eager { op: 10 },
-            Step::Pointwise { group: 0 }
+            Step::Fused { group: 0 }
         ],
         "{plan:#?}"
     );
-    let g = &plan.pointwise[0];
+    let g = &plan.fused[0];
     assert_eq!(g.ops, vec![0, 1, 2, 3, 4, 5, 6, 7, 9, 11]);
     let row = g.kernel.row.as_ref().expect("a row kernel");
     assert_eq!(row.shape, vec![4, 16, 64]);
@@ -463,8 +457,8 @@ fn a_captured_softmax_over_the_last_dimension_is_one_row_kernel() {
     };
     // Alone, and after the attention scale.
     let alone = plan_of(&[softmax(t(1, s, ReadWrite), 2)], Some(&|_| true));
-    assert_eq!(alone.steps, vec![Step::Pointwise { group: 0 }]);
-    assert!(alone.pointwise[0].kernel.row.is_some());
+    assert_eq!(alone.steps, vec![Step::Fused { group: 0 }]);
+    assert!(alone.fused[0].kernel.row.is_some());
     let scaled = plan_of(
         &[
             mul_scalar(t(1, s, ReadWrite), 0.125, 2),
@@ -472,7 +466,7 @@ fn a_captured_softmax_over_the_last_dimension_is_one_row_kernel() {
         ],
         Some(&|_| true),
     );
-    assert_eq!(scaled.steps, vec![Step::Pointwise { group: 0 }]);
+    assert_eq!(scaled.steps, vec![Step::Fused { group: 0 }]);
     assert_eq!(scaled.fused_ops(), 2);
     // Over another dimension: the inner backend's own softmax.
     let other = OperationIr::Custom(CustomOpIr {
@@ -507,8 +501,8 @@ fn a_captured_gelu_fuses_with_the_bias_add_before_it() {
         gelu(t(3, m, ReadWrite), 4),
     ];
     let p = plan_of(&ops, Some(&|_| true));
-    assert_eq!(p.steps, vec![Step::Pointwise { group: 0 }]);
-    assert!(p.pointwise[0].kernel.program.contains(&Instr::Unary {
+    assert_eq!(p.steps, vec![Step::Fused { group: 0 }]);
+    assert!(p.fused[0].kernel.program.contains(&Instr::Unary {
         op: UnaryOp::Gelu,
         a: 2
     }));
@@ -523,8 +517,8 @@ fn a_captured_log_softmax_is_one_row_kernel_computing_d_minus_log_sum_exp_d() {
         outputs: vec![out(2, s)],
     });
     let p = plan_of(&[log_softmax], Some(&|_| true));
-    assert_eq!(p.steps, vec![Step::Pointwise { group: 0 }]);
-    let k = &p.pointwise[0].kernel;
+    assert_eq!(p.steps, vec![Step::Fused { group: 0 }]);
+    let k = &p.fused[0].kernel;
     assert!(k.row.is_some());
     // As Burn's log_softmax: d = x - max(x); d - log(sum(exp(d))).
     assert_eq!(
@@ -633,7 +627,7 @@ fn a_repeated_op_run_alone_shares_the_first_result() {
     let options = ScheduleOptions {
         dead_code_elimination: true,
         common_subexpressions: false,
-        pointwise: None,
+        fused: None,
         max_kernel_buffers: usize::MAX,
         matmul: None,
         attention: None,
@@ -654,18 +648,18 @@ fn a_repeat_inside_a_fused_kernel_is_left_to_the_kernel() {
         add(t(2, s, ReadWrite), t(3, s, ReadWrite), 4),
     ];
     let plan = plan_of(&ops, Some(&|_| true));
-    assert_eq!(plan.steps, vec![Step::Pointwise { group: 0 }], "{plan:#?}");
+    assert_eq!(plan.steps, vec![Step::Fused { group: 0 }], "{plan:#?}");
     assert_eq!(plan.merged(), 0);
 }
 
 fn plan_within(ops: &[OperationIr], max_kernel_buffers: usize) -> burn_compile_schedule::Plan {
-    let accepts: &dyn Fn(&PointwiseKernel) -> bool = &|_| true;
+    let accepts: &dyn Fn(&FusedKernel) -> bool = &|_| true;
     schedule(
         ops,
         ScheduleOptions {
             dead_code_elimination: true,
             common_subexpressions: true,
-            pointwise: Some(accepts),
+            fused: Some(accepts),
             max_kernel_buffers,
             matmul: None,
             attention: None,
@@ -688,7 +682,7 @@ fn assert_kernels_fit_and_connect(
         .flat_map(|op| op.outputs().map(|t| t.id.value()).collect::<Vec<_>>())
         .collect();
     let grouped: std::collections::HashSet<u32> =
-        plan.pointwise.iter().flat_map(|g| g.ops.clone()).collect();
+        plan.fused.iter().flat_map(|g| g.ops.clone()).collect();
     let mut available: std::collections::HashSet<u64> = std::collections::HashSet::new();
     for step in &plan.steps {
         match step {
@@ -696,8 +690,8 @@ fn assert_kernels_fit_and_connect(
                 assert!(!grouped.contains(op), "op {op} runs alone and in a kernel");
                 available.extend(ops[*op as usize].outputs().map(|t| t.id.value()));
             }
-            Step::Pointwise { group } => {
-                let g = &plan.pointwise[*group as usize];
+            Step::Fused { group } => {
+                let g = &plan.fused[*group as usize];
                 assert!(g.inputs.len() + g.outputs.len() <= max, "{g:#?}");
                 for slot in &g.inputs {
                     let t = ops[slot.op as usize]
@@ -743,13 +737,13 @@ fn a_run_wider_than_the_device_binds_is_split_into_kernels_that_fit() {
     let ops = sum_chain(12);
     // Unlimited: one kernel of 12 inputs and 1 output.
     let whole = plan_within(&ops, usize::MAX);
-    assert_eq!(whole.pointwise.len(), 1);
-    assert_eq!(buffers(&whole.pointwise[0]), 13);
+    assert_eq!(whole.fused.len(), 1);
+    assert_eq!(buffers(&whole.fused[0]), 13);
     // At most 5 buffers: consecutive parts, each passing its partial sum to the next.
     let plan = plan_within(&ops, 5);
     assert_kernels_fit_and_connect(&ops, &plan, 5);
-    assert!(plan.pointwise.len() >= 3, "{plan:#?}");
-    let fused: usize = plan.pointwise.iter().map(|g| g.ops.len()).sum();
+    assert!(plan.fused.len() >= 3, "{plan:#?}");
+    let fused: usize = plan.fused.iter().map(|g| g.ops.len()).sum();
     let alone = plan
         .steps
         .iter()
@@ -757,16 +751,16 @@ fn a_run_wider_than_the_device_binds_is_split_into_kernels_that_fit() {
         .count();
     assert_eq!(fused + alone, ops.len(), "every op runs once");
     // The last sum is written by the last kernel (or the op run alone).
-    let last = plan.pointwise.last().expect("kernels");
+    let last = plan.fused.last().expect("kernels");
     assert!(
         last.outputs.iter().any(|s| s.op == 10) || !last.ops.contains(&10),
         "{plan:#?}"
     );
     // Exactly at the limit: not split.
-    assert_eq!(plan_within(&ops, 13).pointwise.len(), 1);
+    assert_eq!(plan_within(&ops, 13).fused.len(), 1);
 }
 
-fn buffers(g: &PointwiseGroup) -> usize {
+fn buffers(g: &FusedGroup) -> usize {
     g.inputs.len() + g.outputs.len()
 }
 
@@ -777,7 +771,7 @@ fn a_split_layer_norm_keeps_its_reductions_whole_and_its_row_values_in_a_row_sha
     let plan = plan_within(&ops, 4);
     assert_kernels_fit_and_connect(&ops, &plan, 4);
     let kernels: Vec<(Vec<u32>, Vec<usize>, bool)> = plan
-        .pointwise
+        .fused
         .iter()
         .map(|g| (g.ops.clone(), g.shape.to_vec(), g.kernel.row.is_some()))
         .collect();
@@ -794,9 +788,9 @@ fn a_split_layer_norm_keeps_its_reductions_whole_and_its_row_values_in_a_row_sha
         ],
         "{plan:#?}"
     );
-    assert_eq!(plan.pointwise[0].outputs.len(), 2);
+    assert_eq!(plan.fused[0].outputs.len(), 2);
     // β's reshape still runs just before the kernel that reads it; γ's on its own.
-    assert_eq!(plan.pointwise[2].hoisted, vec![10]);
+    assert_eq!(plan.fused[2].hoisted, vec![10]);
     assert!(plan.steps.contains(&Step::Eager { op: 8 }));
     assert!(plan.steps.contains(&Step::Eager { op: 7 }));
 }
@@ -823,7 +817,7 @@ fn full(shape: &[usize], value: f64, id: u64) -> OperationIr {
     )
 }
 
-fn binaries(g: &PointwiseGroup) -> Vec<BinaryOp> {
+fn binaries(g: &FusedGroup) -> Vec<BinaryOp> {
     g.kernel
         .program
         .iter()
@@ -942,11 +936,11 @@ fn symbolic_sizes_make_a_groups_dimensions_dynamic() {
         drop_op(2, s),
         add(t(3, s, ReadWrite), t(1, s, ReadOnly), 4),
     ];
-    let accept = |_: &PointwiseKernel| true;
+    let accept = |_: &FusedKernel| true;
     let options = |symbolic: &'static [u64]| ScheduleOptions {
         dead_code_elimination: true,
         common_subexpressions: true,
-        pointwise: Some(&accept),
+        fused: Some(&accept),
         max_kernel_buffers: usize::MAX,
         matmul: None,
         attention: None,
@@ -955,10 +949,10 @@ fn symbolic_sizes_make_a_groups_dimensions_dynamic() {
     };
     let specialized = schedule(&ops, options(&[]));
     assert!(!specialized.symbolic);
-    assert!(!specialized.pointwise[0].symbolic());
+    assert!(!specialized.fused[0].symbolic());
     let symbolic = schedule(&ops, options(&[6]));
     assert!(symbolic.symbolic);
-    let g = &symbolic.pointwise[0];
+    let g = &symbolic.fused[0];
     assert_eq!(
         g.dynamic,
         vec![true, false],
@@ -966,7 +960,7 @@ fn symbolic_sizes_make_a_groups_dimensions_dynamic() {
     );
     assert!(g.summary().contains("[s6, 5]"), "{}", g.summary());
     assert_eq!(
-        g.kernel, specialized.pointwise[0].kernel,
+        g.kernel, specialized.fused[0].kernel,
         "the same kernel program"
     );
     assert_eq!(symbolic.memory.slots.len(), 0);

@@ -521,3 +521,35 @@ impl std::fmt::Display for Gemm {
         Ok(())
     }
 }
+
+/// A product through the target's library matmul, with its epilogue.
+pub(crate) struct MatmulFuser;
+
+impl super::Fuser for MatmulFuser {
+    fn fuse(
+        &self,
+        ops: &[OperationIr],
+        options: &crate::ScheduleOptions<'_>,
+        claims: &mut super::Claims,
+    ) {
+        let Some(accepts) = options.matmul else {
+            return;
+        };
+        for group in matmul_groups(ops, &claims.live) {
+            if !accepts(&group) {
+                continue;
+            }
+            // No later fuser takes the group's operations; the epilogue's run inside the call
+            // (the others, e.g. a view the call reads through, keep their own steps).
+            for i in group.ops() {
+                claims.live[i as usize] = false;
+            }
+            for i in group.epilogue_ops() {
+                claims.claimed[i as usize] = true;
+            }
+            let at = claims.matmul.len() as u32;
+            claims.steps_at[group.op as usize].push(crate::Step::Matmul { group: at });
+            claims.matmul.push(group);
+        }
+    }
+}

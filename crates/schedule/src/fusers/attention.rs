@@ -206,3 +206,32 @@ fn attention_at(ops: &[OperationIr], live: &[bool], t: usize) -> Option<Attentio
         dtype,
     })
 }
+
+/// `softmax(q @ kᵀ / √d) @ v` as one attention kernel.
+pub(crate) struct AttentionFuser;
+
+impl super::Fuser for AttentionFuser {
+    fn fuse(
+        &self,
+        ops: &[OperationIr],
+        options: &crate::ScheduleOptions<'_>,
+        claims: &mut super::Claims,
+    ) {
+        let Some(accepts) = options.attention else {
+            return;
+        };
+        for group in attention_groups(ops, &claims.live) {
+            if !accepts(&group) {
+                continue;
+            }
+            // Every part (and every drop of an intermediate) runs inside the kernel.
+            for i in group.ops() {
+                claims.live[i as usize] = false;
+                claims.claimed[i as usize] = true;
+            }
+            let at = claims.attention.len() as u32;
+            claims.steps_at[group.context as usize].push(crate::Step::Attention { group: at });
+            claims.attention.push(group);
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The fusers: each kind of fusion finds its groups among the operations no earlier fuser
+//! took, keeps those the target accepts, and claims them for its steps. [`FUSERS`] lists them
+//! in the order they are tried. A new kind is a module here and one entry in that list, its
+//! code generation, and its lowering in the runtime.
+
+mod attention;
+mod kernel;
+mod matmul;
+
+pub use attention::{AttentionGroup, attention_groups};
+pub use kernel::{FusedGroup, Slot, fused_groups, scalar_operand};
+pub use matmul::{
+    Gemm, GemmOperand, MatmulGroup, MatmulKind, Residual, gemm, matmul_groups, scale_alpha,
+};
+
+use crate::{ScheduleOptions, Step};
+use burn_ir::OperationIr;
+
+/// What the fusers have taken of a segment so far, and the groups the plan will hold.
+pub(crate) struct Claims {
+    /// Operations a fuser may still take: not dead, not taken by an earlier fuser. Only these
+    /// are compared for common subexpressions.
+    pub live: Vec<bool>,
+    /// Operations that run inside a fused step (no step of their own).
+    pub claimed: Vec<bool>,
+    /// The steps that run at each position in place of claimed operations.
+    pub steps_at: Vec<Vec<Step>>,
+    pub attention: Vec<AttentionGroup>,
+    pub matmul: Vec<MatmulGroup>,
+    pub fused: Vec<FusedGroup>,
+}
+
+impl Claims {
+    pub(crate) fn new(live: Vec<bool>) -> Self {
+        let n = live.len();
+        Self {
+            live,
+            claimed: vec![false; n],
+            steps_at: vec![Vec::new(); n],
+            attention: Vec::new(),
+            matmul: Vec::new(),
+            fused: Vec::new(),
+        }
+    }
+}
+
+/// One kind of fusion.
+pub(crate) trait Fuser: Sync {
+    /// Takes this kind's groups among the live operations, as `options` allow: marks their
+    /// operations taken (and claimed where they run inside the group's step), places the
+    /// group's steps and pushes the groups into `claims`.
+    fn fuse(&self, ops: &[OperationIr], options: &ScheduleOptions<'_>, claims: &mut Claims);
+}
+
+/// The fusers, in the order they are tried: attention first (its products and softmax are not
+/// the other kinds'), library matmuls next (the operations of an epilogue are not a generated
+/// kernel's), generated kernels last.
+pub(crate) static FUSERS: &[&dyn Fuser] = &[
+    &attention::AttentionFuser,
+    &matmul::MatmulFuser,
+    &kernel::KernelFuser,
+];
