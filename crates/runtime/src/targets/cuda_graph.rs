@@ -48,16 +48,43 @@ struct ScalarSite {
     kernel: usize,
     offset: usize,
     dtype: DType,
-    written: Vec<u8>,
+    written: ScalarBytes,
 }
 
-/// `value` as a kernel of `dtype` receives it (`ElementConversion`, as the launch converts).
-fn scalar_bytes(value: f64, dtype: DType) -> Vec<u8> {
-    match dtype {
-        DType::F64 => value.to_le_bytes().to_vec(),
-        DType::F16 => half::f16::from_elem(value).to_le_bytes().to_vec(),
-        DType::BF16 => half::bf16::from_elem(value).to_le_bytes().to_vec(),
-        _ => f32::from_elem(value).to_le_bytes().to_vec(),
+/// `value` as a kernel of `dtype` receives it (`ElementConversion`, as the launch converts):
+/// its little-endian bytes, in the first `len` of 8 (no allocation per scalar per launch).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct ScalarBytes {
+    bytes: [u8; 8],
+    len: usize,
+}
+
+impl ScalarBytes {
+    fn of(value: f64, dtype: DType) -> Self {
+        let mut bytes = [0u8; 8];
+        let len = match dtype {
+            DType::F64 => {
+                bytes.copy_from_slice(&value.to_le_bytes());
+                8
+            }
+            DType::F16 => {
+                bytes[..2].copy_from_slice(&half::f16::from_elem(value).to_le_bytes());
+                2
+            }
+            DType::BF16 => {
+                bytes[..2].copy_from_slice(&half::bf16::from_elem(value).to_le_bytes());
+                2
+            }
+            _ => {
+                bytes[..4].copy_from_slice(&f32::from_elem(value).to_le_bytes());
+                4
+            }
+        };
+        Self { bytes, len }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
     }
 }
 
@@ -149,11 +176,12 @@ impl GraphRecorder for CudaGraphs {
         // The capture ends first: the pointers of the buffers are then read outside it.
         let ended = self.on_stream(Vec::new(), |stream, _| capture::end(stream))?;
         let recording = ended?;
-        let markers: Vec<Vec<u8>> = scalars
+        let markers: Vec<ScalarBytes> = scalars
             .iter()
-            .map(|(v, dtype)| scalar_bytes(*v, *dtype))
+            .map(|(v, dtype)| ScalarBytes::of(*v, *dtype))
             .collect();
-        let sites = match recording.locate(&markers) {
+        let patterns: Vec<Vec<u8>> = markers.iter().map(|m| m.as_slice().to_vec()).collect();
+        let sites = match recording.locate(&patterns) {
             Ok(sites) => sites,
             Err(reason) => {
                 self.release(Arc::new(CudaRecorded {
@@ -208,9 +236,9 @@ impl GraphRecorder for CudaGraphs {
                 return Err("the recording's scalars differ from this replay's".into());
             }
             for (site, value) in sites.iter_mut().zip(scalars) {
-                let bytes = scalar_bytes(*value, site.dtype);
+                let bytes = ScalarBytes::of(*value, site.dtype);
                 if bytes != site.written {
-                    writes.push((site.kernel, site.offset, bytes.clone()));
+                    writes.push((site.kernel, site.offset, bytes.as_slice().to_vec()));
                     site.written = bytes;
                 }
             }
