@@ -57,17 +57,27 @@ pub fn model_with<B: Backend>(
     weights: &[TensorData],
     device: &B::Device,
 ) -> TransformerEncoder<B> {
+    load_weights(config.init::<B>(device), weights, device)
+}
+
+/// `module` with its float parameters replaced by `weights` (as [`CollectWeights`] collected
+/// them from a module of the same structure, on any backend).
+pub fn load_weights<B: Backend, M: Module<B>>(
+    module: M,
+    weights: &[TensorData],
+    device: &B::Device,
+) -> M {
     let mut loader = LoadWeights::<B> {
         #[allow(clippy::unnecessary_to_owned)] // the mapper owns its iterator
         weights: weights.to_vec().into_iter(),
         device: device.clone(),
     };
-    let model = config.init::<B>(device).map(&mut loader);
+    let module = module.map(&mut loader);
     assert!(
         loader.weights.next().is_none(),
         "more weights than parameters"
     );
-    model
+    module
 }
 
 /// Reproducible values in [-1, 1).

@@ -1,0 +1,445 @@
+//! A small ResNet (BasicBlocks with BatchNorm and ReLU) trained on real images through
+//! burn-train's `Learner`, as a Burn user trains: the UCI handwritten digits
+//! (`examples/data/digits.csv.gz`, 1,797 images of 8×8 pixels, CC BY 4.0; see
+//! `examples/data/README.md`), a train/validation split, Adam, loss and accuracy metrics,
+//! checkpoints, the learner's summary.
+//!
+//! First the first five Adam steps run on `Autodiff<Compiled<Flex>>` and on plain
+//! `Autodiff<Flex>` from the same weights and batches: their losses must be equal within f32's
+//! tolerance (`burn_compile::incident::tolerance`). Then the Learner trains both from the same
+//! initial weights with the same shuffled batches, and the program prints the validation loss
+//! and accuracy of both, the time per epoch and the speedup. (Over whole epochs the two runs
+//! drift apart by rounding: a fused kernel rounds where eager does not.) It exits with 1 if
+//! a first step differs, the untrained model's validation loss differs, or the compiled run's
+//! validation loss did not decrease.
+//!
+//! ```text
+//! cargo run --release -p burn-compile-examples --example train_digits [-- --epochs N]
+//! ```
+
+use burn::data::dataloader::{DataLoaderBuilder, batcher::Batcher};
+use burn::data::dataset::InMemDataset;
+use burn::module::{AutodiffModule, Module};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig};
+use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d, Relu};
+use burn::optim::AdamConfig;
+use burn::optim::{GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use burn::train::metric::{AccuracyMetric, LossMetric, MetricDefinition};
+use burn::train::renderer::{
+    EvaluationName, EvaluationProgress, MetricState, MetricsRenderer, MetricsRendererEvaluation,
+    MetricsRendererTraining, ProgressType, TrainingProgress,
+};
+use burn::train::{
+    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
+};
+use burn_compile::Compiled;
+use burn_compile_examples::{CollectWeights, load_weights};
+use burn_flex::{Flex, FlexDevice};
+use std::io::Read;
+use std::process::ExitCode;
+use std::time::Instant;
+
+type Ad<B> = burn::backend::Autodiff<B>;
+
+/// One image and its digit.
+#[derive(Clone, Debug)]
+struct Digit {
+    pixels: [f32; 64],
+    label: u8,
+}
+
+/// The images of `examples/data/digits.csv.gz`, in file order.
+fn digits() -> Result<Vec<Digit>, String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/digits.csv.gz");
+    let file = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{path}: {e}"))?;
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| {
+            let values: Vec<u8> = line
+                .split(',')
+                .map(|v| v.trim().parse::<u8>())
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("{path}, line {}: {e}", i + 1))?;
+            if values.len() != 65 || values[64] > 9 {
+                return Err(format!("{path}, line {}: not 64 pixels and a digit", i + 1));
+            }
+            let mut pixels = [0.0; 64];
+            for (p, v) in pixels.iter_mut().zip(&values) {
+                *p = *v as f32 / 16.0;
+            }
+            Ok(Digit {
+                pixels,
+                label: values[64],
+            })
+        })
+        .collect()
+}
+
+#[derive(Clone, Debug)]
+struct DigitsBatch<B: Backend> {
+    images: Tensor<B, 4>,
+    targets: Tensor<B, 1, Int>,
+}
+
+#[derive(Clone, Default)]
+struct DigitsBatcher;
+
+impl<B: Backend> Batcher<B, Digit, DigitsBatch<B>> for DigitsBatcher {
+    fn batch(&self, items: Vec<Digit>, device: &B::Device) -> DigitsBatch<B> {
+        let n = items.len();
+        let pixels: Vec<f32> = items.iter().flat_map(|d| d.pixels).collect();
+        let labels: Vec<i64> = items.iter().map(|d| d.label as i64).collect();
+        DigitsBatch {
+            images: Tensor::from_data(TensorData::new(pixels, [n, 1, 8, 8]), device),
+            targets: Tensor::from_data(TensorData::new(labels, [n]), device),
+        }
+    }
+}
+
+/// conv 3×3 → BatchNorm → ReLU → conv 3×3 → BatchNorm, plus the input (through a 1×1
+/// convolution and BatchNorm where the block changes the width or the stride), then ReLU.
+#[derive(Module, Debug)]
+struct BasicBlock<B: Backend> {
+    conv1: Conv2d<B>,
+    bn1: BatchNorm<B>,
+    conv2: Conv2d<B>,
+    bn2: BatchNorm<B>,
+    shortcut: Option<(Conv2d<B>, BatchNorm<B>)>,
+    relu: Relu,
+}
+
+impl<B: Backend> BasicBlock<B> {
+    fn new(input: usize, output: usize, stride: usize, device: &B::Device) -> Self {
+        let conv = |i, o, k, s| {
+            Conv2dConfig::new([i, o], [k, k])
+                .with_stride([s, s])
+                .with_padding(PaddingConfig2d::Explicit(k / 2, k / 2, k / 2, k / 2))
+                .with_bias(false)
+                .init(device)
+        };
+        let shortcut = (input != output || stride != 1).then(|| {
+            (
+                conv(input, output, 1, stride),
+                BatchNormConfig::new(output).init(device),
+            )
+        });
+        Self {
+            conv1: conv(input, output, 3, stride),
+            bn1: BatchNormConfig::new(output).init(device),
+            conv2: conv(output, output, 3, 1),
+            bn2: BatchNormConfig::new(output).init(device),
+            shortcut,
+            relu: Relu::new(),
+        }
+    }
+
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let y = self
+            .relu
+            .forward(self.bn1.forward(self.conv1.forward(x.clone())));
+        let y = self.bn2.forward(self.conv2.forward(y));
+        let x = match &self.shortcut {
+            Some((conv, bn)) => bn.forward(conv.forward(x)),
+            None => x,
+        };
+        self.relu.forward(y + x)
+    }
+}
+
+/// A ResNet for 8×8 images: a stem, two blocks (16 then 32 channels, the second at stride 2),
+/// global average pooling and a linear head over the 10 digits.
+#[derive(Module, Debug)]
+struct ResNet<B: Backend> {
+    stem: BasicBlock<B>,
+    block1: BasicBlock<B>,
+    block2: BasicBlock<B>,
+    pool: AdaptiveAvgPool2d,
+    head: Linear<B>,
+}
+
+impl<B: Backend> ResNet<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            stem: BasicBlock::new(1, 16, 1, device),
+            block1: BasicBlock::new(16, 16, 1, device),
+            block2: BasicBlock::new(16, 32, 2, device),
+            pool: AdaptiveAvgPool2dConfig::new([1, 1]).init(),
+            head: LinearConfig::new(32, 10).init(device),
+        }
+    }
+
+    fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        let x = self
+            .block2
+            .forward(self.block1.forward(self.stem.forward(images)));
+        self.head.forward(self.pool.forward(x).flatten(1, 3))
+    }
+
+    fn classify(&self, batch: DigitsBatch<B>) -> ClassificationOutput<B> {
+        let output = self.forward(batch.images);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&output.device())
+            .forward(output.clone(), batch.targets.clone());
+        ClassificationOutput::new(loss, output, batch.targets)
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for ResNet<B> {
+    type Input = DigitsBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: DigitsBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
+        let item = self.classify(batch);
+        TrainOutput::new(self, item.loss.backward(), item)
+    }
+}
+
+impl<B: Backend> InferenceStep for ResNet<B> {
+    type Input = DigitsBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: DigitsBatch<B>) -> ClassificationOutput<B> {
+        self.classify(batch)
+    }
+}
+
+/// Mean loss and accuracy of `model` over `items`, in batches of 64.
+fn evaluate<B: Backend>(model: &ResNet<B>, items: &[Digit], device: &B::Device) -> (f64, f64) {
+    let (mut loss, mut correct) = (0.0, 0usize);
+    for chunk in items.chunks(64) {
+        let batch: DigitsBatch<B> = DigitsBatcher.batch(chunk.to_vec(), device);
+        let out = model.classify(batch);
+        loss += out.loss.into_scalar().elem::<f64>() * chunk.len() as f64;
+        let predicted = out.output.argmax(1).flatten::<1>(0, 1);
+        let hits: i64 = predicted
+            .equal(out.targets)
+            .int()
+            .sum()
+            .into_scalar()
+            .elem();
+        correct += hits as usize;
+    }
+    (
+        loss / items.len() as f64,
+        correct as f64 / items.len() as f64,
+    )
+}
+
+/// One progress line per split, rewritten in place (`epoch 2/4 train 640/1497`); the learner's
+/// summary of metrics follows the last epoch.
+struct ProgressLine {
+    run: &'static str,
+}
+
+impl ProgressLine {
+    fn show(&self, split: &str, item: &TrainingProgress) {
+        use std::io::Write;
+        let Some(p) = &item.progress else { return };
+        let epoch = &item.global_progress;
+        print!(
+            "\r{}: epoch {}/{} {split} {}/{}   ",
+            self.run, epoch.items_processed, epoch.items_total, p.items_processed, p.items_total
+        );
+        if p.items_processed == p.items_total {
+            println!();
+        }
+        let _ = std::io::stdout().flush();
+    }
+}
+
+impl MetricsRendererTraining for ProgressLine {
+    fn update_train(&mut self, _state: MetricState) {}
+    fn update_valid(&mut self, _state: MetricState) {}
+    fn render_train(&mut self, item: TrainingProgress, _: Vec<ProgressType>) {
+        self.show("train", &item);
+    }
+    fn render_valid(&mut self, item: TrainingProgress, _: Vec<ProgressType>) {
+        self.show("valid", &item);
+    }
+}
+
+impl MetricsRendererEvaluation for ProgressLine {
+    fn update_test(&mut self, _name: EvaluationName, _state: MetricState) {}
+    fn render_test(&mut self, _item: EvaluationProgress, _: Vec<ProgressType>) {}
+}
+
+impl MetricsRenderer for ProgressLine {
+    fn manual_close(&mut self) {}
+    fn register_metric(&mut self, _definition: MetricDefinition) {}
+}
+
+/// The training losses of the first `steps` Adam steps over the first batches (file order),
+/// read after each step, from `weights`.
+fn first_steps<B: AutodiffBackend>(
+    weights: &[TensorData],
+    items: &[Digit],
+    steps: usize,
+    device: &B::Device,
+) -> Vec<f64> {
+    let mut model = load_weights(ResNet::<B>::new(device), weights, device);
+    let mut optim = AdamConfig::new().init();
+    items
+        .chunks(64)
+        .take(steps)
+        .map(|chunk| {
+            let out = model.classify(DigitsBatcher.batch(chunk.to_vec(), device));
+            let loss = out.loss.clone().into_scalar().elem::<f64>();
+            let grads = GradientsParams::from_grads(out.loss.backward(), &model);
+            model = optim.step(LEARNING_RATE, model.clone(), grads);
+            loss
+        })
+        .collect()
+}
+
+/// Adam's learning rate (constant).
+const LEARNING_RATE: f64 = 2e-3;
+
+struct Run {
+    name: &'static str,
+    before: (f64, f64),
+    after: (f64, f64),
+    seconds_per_epoch: f64,
+}
+
+/// Trains a model with `weights` on `B` through the Learner; evaluates before and after.
+fn train<B: AutodiffBackend>(
+    name: &'static str,
+    weights: &[TensorData],
+    train_items: &[Digit],
+    valid_items: &[Digit],
+    epochs: usize,
+    device: &B::Device,
+) -> Run {
+    let model = load_weights(ResNet::<B>::new(device), weights, device);
+    let before = evaluate(&model.valid(), valid_items, device);
+    let train_loader = DataLoaderBuilder::new(DigitsBatcher)
+        .batch_size(64)
+        .shuffle(7)
+        .build(InMemDataset::new(train_items.to_vec()));
+    let valid_loader = DataLoaderBuilder::new(DigitsBatcher)
+        .batch_size(64)
+        .build(InMemDataset::new(valid_items.to_vec()));
+    let directory = std::env::temp_dir().join(format!("burn-compile-train-digits-{name}"));
+    let learner = Learner::new(model, AdamConfig::new().init(), LEARNING_RATE);
+    let started = Instant::now();
+    let result = SupervisedTraining::new(&directory, train_loader, valid_loader)
+        .metrics((AccuracyMetric::new(), LossMetric::new()))
+        .with_file_checkpointer(burn::record::CompactRecorder::new())
+        .num_epochs(epochs)
+        .renderer(ProgressLine { run: name })
+        .summary()
+        .launch(learner);
+    let seconds_per_epoch = started.elapsed().as_secs_f64() / epochs as f64;
+    let after = evaluate(&result.model, valid_items, device);
+    Run {
+        name,
+        before,
+        after,
+        seconds_per_epoch,
+    }
+}
+
+fn main() -> ExitCode {
+    let mut epochs = 4;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match (arg.as_str(), args.next().map(|v| v.parse::<usize>())) {
+            ("--epochs", Some(Ok(n))) if n > 0 => epochs = n,
+            _ => {
+                eprintln!("usage: train_digits [--epochs N]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let items = match digits() {
+        Ok(items) => items,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // The last sixth of the file is the validation split (the file's order is the writers').
+    let split = items.len() * 5 / 6;
+    let (train_items, valid_items) = items.split_at(split);
+    println!(
+        "UCI digits: {} training images, {} for validation; {epochs} epochs",
+        train_items.len(),
+        valid_items.len()
+    );
+    let device = FlexDevice;
+    let mut weights = CollectWeights(Vec::new());
+    ResNet::<Flex>::new(&device).visit(&mut weights);
+    // The first steps, value for value: the same weights, batches and optimizer on both.
+    let steps = 5;
+    let compiled = first_steps::<Ad<Compiled<Flex>>>(&weights.0, train_items, steps, &device);
+    let eager = first_steps::<Ad<Flex>>(&weights.0, train_items, steps, &device);
+    let (atol, rtol) = burn_compile::incident::tolerance(burn::tensor::DType::F32);
+    println!("first {steps} training losses, compiled vs eager:");
+    for (step, (c, e)) in compiled.iter().zip(&eager).enumerate() {
+        println!("  step {}: {c:.6} vs {e:.6}", step + 1);
+        if (c - e).abs() > atol + rtol * e.abs() {
+            eprintln!(
+                "step {}: the compiled loss differs from eager's beyond f32's tolerance",
+                step + 1
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let runs = [
+        train::<Ad<Compiled<Flex>>>(
+            "compiled",
+            &weights.0,
+            train_items,
+            valid_items,
+            epochs,
+            &device,
+        ),
+        train::<Ad<Flex>>(
+            "eager",
+            &weights.0,
+            train_items,
+            valid_items,
+            epochs,
+            &device,
+        ),
+    ];
+    println!();
+    for r in &runs {
+        println!(
+            "{:<9} validation loss {:.4} → {:.4}, accuracy {:.1} % → {:.1} %, {:.2} s per epoch",
+            r.name,
+            r.before.0,
+            r.after.0,
+            r.before.1 * 100.0,
+            r.after.1 * 100.0,
+            r.seconds_per_epoch
+        );
+    }
+    let (compiled, eager) = (&runs[0], &runs[1]);
+    println!(
+        "Compiled<Flex> / Flex: {:.2}× the speed per epoch; final validation loss {:.4} vs {:.4}",
+        eager.seconds_per_epoch / compiled.seconds_per_epoch,
+        compiled.after.0,
+        eager.after.0
+    );
+    if (compiled.before.0 - eager.before.0).abs() > atol + rtol * eager.before.0.abs() {
+        eprintln!(
+            "the untrained model's validation loss differs: {} compiled, {} eager",
+            compiled.before.0, eager.before.0
+        );
+        return ExitCode::FAILURE;
+    }
+    if compiled.after.0 >= compiled.before.0 {
+        eprintln!("the compiled run's validation loss did not decrease");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
