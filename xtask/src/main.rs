@@ -89,6 +89,8 @@ fn main() -> ExitCode {
                 // The C kernels of Compiled<Flex> against Flex eager, cold and warm builds.
                 && example("cpu_bench", &[])
                 && example("w1_bench", &["--cpu"])
+                // A Learner training run, compiled against eager, per epoch.
+                && example("train_digits", &[])
         }
         _ => {
             eprintln!("usage: cargo xtask <test|bench>");
@@ -98,7 +100,7 @@ fn main() -> ExitCode {
             );
             eprintln!(
                 "  bench  CPU benchmarks: capture overhead, W1 (small), C kernels (cpu_bench), \
-                 W1-cpu; compiled vs eager"
+                 W1-cpu, a Learner run on the UCI digits (train_digits); compiled vs eager"
             );
             return ExitCode::from(2);
         }
