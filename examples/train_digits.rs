@@ -1,8 +1,9 @@
 //! A small ResNet (BasicBlocks with BatchNorm and ReLU) trained on real images through
 //! burn-train's `Learner`, as a Burn user trains: the UCI handwritten digits
 //! (`examples/data/digits.csv.gz`, 1,797 images of 8×8 pixels, CC BY 4.0; see
-//! `examples/data/README.md`), a train/validation split, Adam, loss and accuracy metrics,
-//! checkpoints, the learner's summary.
+//! `examples/data/README.md`), a train/validation split, a `DataLoader`, Adam, loss and
+//! accuracy metrics, checkpoints (the Learner's file checkpointer, on a thread of its own), the
+//! learner's summary.
 //!
 //! First the first five Adam steps run on `Autodiff<Compiled<Flex>>` and on plain
 //! `Autodiff<Flex>` from the same weights and batches: their losses must be equal within f32's
@@ -351,8 +352,14 @@ fn main() -> ExitCode {
     let mut epochs = 4;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        match (arg.as_str(), args.next().map(|v| v.parse::<usize>())) {
-            ("--epochs", Some(Ok(n))) if n > 0 => epochs = n,
+        match arg.as_str() {
+            "--epochs" => match args.next().map(|v| v.parse::<usize>()) {
+                Some(Ok(n)) if n > 0 => epochs = n,
+                _ => {
+                    eprintln!("--epochs takes a positive number");
+                    return ExitCode::from(2);
+                }
+            },
             _ => {
                 eprintln!("usage: train_digits [--epochs N]");
                 return ExitCode::from(2);

@@ -147,6 +147,32 @@ impl<B: BackendIr> CompileClient<B> {
         }
     }
 
+    /// Whether a thread other than the caller records on this device: only then can another
+    /// thread drop a tensor's last other reference while the caller reads it.
+    pub(crate) fn other_threads_record(&self) -> bool {
+        let me = current_thread();
+        lock(&self.shared.state).streams.keys().any(|t| *t != me)
+    }
+
+    /// Frees a tensor a read held on to (see `backend::read`), if that reference was the last:
+    /// other threads' pending graphs that touch it run first, then its inner tensor is freed
+    /// directly (no op recorded, so the caller's graphs stay as they were).
+    pub(crate) fn release_held(&self, tensor: TensorIr) {
+        if tensor.status != burn_ir::TensorStatus::ReadWrite {
+            return;
+        }
+        let mut state = self.shared.lock_state();
+        if let Some(owner) = state.touched_by.remove(&tensor.id) {
+            let brk = GraphBreak::new(
+                BreakReason::CrossThread,
+                Some("a tensor read by another thread is freed".into()),
+            );
+            self.shared.flush(&mut state, owner, brk, false, false);
+        }
+        self.shared.executor.wait();
+        execute_one(self.shared.executor.inner(), OperationIr::Drop(tensor));
+    }
+
     /// The inner backend's tensors of this device, once the graphs submitted so far have run.
     pub(crate) fn inner(&self) -> &InnerDevice<B> {
         self.shared.executor.wait();

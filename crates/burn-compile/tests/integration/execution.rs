@@ -80,3 +80,25 @@ fn the_replay_profile_counts_each_kind_of_step_replayed() {
     assert!(count("Float.Tanh").is_some_and(|n| n >= 3), "{profile:?}");
     assert!(profile.iter().all(|s| s.count > 0), "{profile:?}");
 }
+
+/// A tensor read on one thread while the thread that made it drops its own reference and runs
+/// its next graph: the read must still find the tensor. (A regression, seen with burn-train's
+/// checkpointer thread reading a model's parameters at an epoch's end: the reader's IR said
+/// "read-only, someone else holds it", the owner's drop then freed it before the read ran —
+/// `Should have handle for tensor …`.) A race: many rounds, each must read the right values.
+#[test]
+fn a_read_on_another_thread_survives_the_owners_drop() {
+    crate::own_process!(a_read_on_another_thread_survives_the_owners_drop);
+    let device = Default::default();
+    for round in 0..400 {
+        let data = TensorData::new(vec![round as f32; 64], [64]);
+        let x = Tensor::<C, 1>::from_data(data, &device) * 2.0;
+        let y = x.clone();
+        let reader = std::thread::spawn(move || y.into_data());
+        drop(x);
+        // The owner's next graph runs its drop of `x`.
+        let _ = (Tensor::<C, 1>::ones([8], &device) + round as f32).into_data();
+        let read = reader.join().expect("the reader's read");
+        assert_eq!(read.to_vec::<f32>().unwrap(), vec![2.0 * round as f32; 64]);
+    }
+}
