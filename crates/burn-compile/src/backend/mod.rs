@@ -107,19 +107,17 @@ fn client<B: BackendIr>(device: &B::Device) -> CompileClient<B> {
 /// Reads a tensor in its own dtype (burn-router's reads convert to the default element type).
 /// The graphs close and the read starts now; the future only waits for the data.
 ///
-/// Where other threads record on the device, a reference is held until the read has taken
-/// the inner tensor: the read's IR is then read-only, and no other thread's drop of the last
-/// other reference can free the tensor between the IR and the read (that thread's next graph
-/// may run in between). If the held reference was the last, the tensor is freed right after
-/// the read, as a read of the last reference would have consumed it. A single thread cannot
-/// race itself: its reads stay as they were.
+/// A reference is held until the read has taken the inner tensor: the read's IR is then
+/// read-only, and no other thread's drop of the last other reference can free the tensor
+/// between the IR and the read (that thread's next graph may run in between; the other thread
+/// may not have recorded anything yet, so no check of who records could rule it out). If the
+/// held reference was the last, the tensor is freed right after the read, as a read of the
+/// last reference would have consumed it; no op is recorded, so graphs stay as they were.
 fn read<B: BackendIr>(tensor: Primitive<B>) -> DynFut<Result<TensorData, ExecutionError>> {
     let client = tensor.client.clone();
-    let held = client.other_threads_record().then(|| tensor.clone());
+    let held = tensor.clone();
     let data = client.read_tensor_async(tensor.into_ir());
-    if let Some(held) = held {
-        client.release_held(held.into_ir());
-    }
+    client.release_held(held.into_ir());
     data
 }
 

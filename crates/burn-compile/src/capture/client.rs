@@ -147,13 +147,6 @@ impl<B: BackendIr> CompileClient<B> {
         }
     }
 
-    /// Whether a thread other than the caller records on this device: only then can another
-    /// thread drop a tensor's last other reference while the caller reads it.
-    pub(crate) fn other_threads_record(&self) -> bool {
-        let me = current_thread();
-        lock(&self.shared.state).streams.keys().any(|t| *t != me)
-    }
-
     /// Frees a tensor a read held on to (see `backend::read`), if that reference was the last:
     /// other threads' pending graphs that touch it run first, then its inner tensor is freed
     /// directly (no op recorded, so the caller's graphs stay as they were).
