@@ -62,6 +62,10 @@ pub struct CompileConfig {
     /// steps read, in the slots of one buffer reserved per replay, shared by liveness: one
     /// allocation per replay in place of one per tensor (`BURN_COMPILE_MEMORY_PLAN`).
     pub memory_planning: bool,
+    /// Launch generated kernels that run the same program over independent tensors (an
+    /// optimizer's update of each parameter) as one kernel: its units split among them, each
+    /// part over its own tensors and scalars (`BURN_COMPILE_HORIZONTAL`).
+    pub horizontal_fusion: bool,
     /// Generated kernels load, compute and store vectors of consecutive elements (16 bytes:
     /// 4 × f32, 8 × f16/bf16) where every buffer's layout and alignment allows, scalar code
     /// elsewhere (`BURN_COMPILE_VECTORIZE`). Off: the fused groups' kernels run scalar code;
@@ -210,6 +214,7 @@ impl Default for CompileConfig {
             attention: true,
             attention_f32: false,
             memory_planning: true,
+            horizontal_fusion: true,
             vectorize: true,
             mode: Mode::Default,
             attention_autotune: true,
@@ -346,6 +351,9 @@ impl CompileConfig {
         }
         if let Some((k, v)) = get("BURN_COMPILE_MEMORY_PLAN") {
             self.memory_planning = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_HORIZONTAL") {
+            self.horizontal_fusion = parse_bool(&k, &v)?;
         }
         if let Some((k, v)) = get("BURN_COMPILE_VECTORIZE") {
             self.vectorize = parse_bool(&k, &v)?;

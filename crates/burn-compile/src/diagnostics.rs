@@ -27,6 +27,9 @@ pub struct GraphRecord {
     pub fused_kernels: usize,
     /// Ops that run inside those kernels.
     pub fused_ops: usize,
+    /// Horizontal kernels among the launches, and the generated kernels they launch together
+    /// (counted in `fused_kernels`).
+    pub horizontal_kernels: (usize, usize),
     /// Library matmuls among the launches (cuBLASLt), and how many fused an epilogue.
     pub library_matmuls: (usize, usize),
     /// Attention kernels among the launches (each in place of `softmax(q @ kᵀ / √d) @ v`).

@@ -105,12 +105,17 @@ impl fmt::Display for Explanation {
             };
             writeln!(
                 f,
-                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops{}{}{}), {} dead, {} merged, {}, ended by {ended}",
+                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops{}{}{}{}), {} dead, {} merged, {}, ended by {ended}",
                 g.key,
                 g.ops,
                 g.launches,
                 g.fused_kernels,
                 g.fused_ops,
+                match g.horizontal_kernels {
+                    (0, _) => String::new(),
+                    (n, members) =>
+                        format!(", {members} of them launched as {n} horizontal kernel(s)"),
+                },
                 match g.library_matmuls {
                     (0, _) => String::new(),
                     (n, fused) => format!(", {n} library matmul(s), {fused} with a fused epilogue"),

@@ -42,6 +42,7 @@ struct PlanConfig {
     attention: bool,
     attention_f32: bool,
     memory_planning: bool,
+    horizontal_fusion: bool,
     dynamic: DynamicShapes,
     /// The injected faults (hashed): a plan compiled with one is never reused without it.
     faults: u64,
@@ -57,6 +58,7 @@ impl From<&CompileConfig> for PlanConfig {
             attention: c.attention,
             attention_f32: c.attention_f32,
             memory_planning: c.memory_planning,
+            horizontal_fusion: c.horizontal_fusion,
             dynamic: c.dynamic,
             faults: {
                 use std::hash::{Hash, Hasher};
@@ -288,6 +290,7 @@ impl PlanCache {
             launches: plan.launches(),
             fused_kernels: plan.fused_kernels(),
             fused_ops: plan.fused_ops(),
+            horizontal_kernels: plan.horizontal_kernels(),
             library_matmuls: plan.library_matmuls(),
             attention_kernels: plan.attention_kernels(),
             memory: crate::diagnostics::PlannedMemory {
@@ -467,6 +470,7 @@ impl PlanCache {
             common_subexpressions: config.common_subexpressions,
             fused: accepts.fused.filter(|_| config.fusion),
             max_kernel_buffers: accepts.max_kernel_buffers,
+            horizontal: config.horizontal_fusion,
             matmul: accepts.matmul.filter(|_| config.library_matmul),
             // A symbolic plan's attention tuning and memory slab would be sized per problem.
             attention: attention.as_ref().filter(|_| !is_symbolic).map(|f| f as _),
@@ -604,6 +608,7 @@ fn eager_plan(ops: &[OperationIr]) -> Plan {
             common_subexpressions: false,
             fused: None,
             max_kernel_buffers: usize::MAX,
+            horizontal: false,
             matmul: None,
             attention: None,
             memory_planning: false,

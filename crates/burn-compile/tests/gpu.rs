@@ -218,6 +218,72 @@ fn wgpu_a_run_wider_than_the_device_binds_is_split_and_matches_eager() {
     assert_eq!(report.fused_kernels, 1, "{report}");
 }
 
+/// Adam-like updates `p − m · 0.01 / (√v + 1e-8)` of parameters of different shapes (so no
+/// two are one vertical kernel): one program over independent tensors, launched as horizontal
+/// kernels (within the device's bindings: four buffers each).
+fn adam_like<B: Backend>(sets: &[[Tensor<B, 1>; 3]]) -> Vec<Tensor<B, 1>> {
+    sets.iter()
+        .map(|[p, m, v]| p.clone() - m.clone() * 0.01 / (v.clone().sqrt() + 1e-8))
+        .collect()
+}
+
+#[test]
+fn gpu_updates_of_parameters_of_different_shapes_are_horizontal_kernels_and_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let device = Default::default();
+    // Lengths that all take vectors of 4, then lengths that leave some members in scalar code
+    // (the launch then runs every member in scalar code): four parameters, not five, so the
+    // second graph is not the first one's family with other sizes (whose sizes would be
+    // symbolic, and a symbolic kernel is never a member).
+    for lengths in [&[32, 16, 96, 128, 8][..], &[32, 15, 7, 130][..]] {
+        let data: Vec<[TensorData; 3]> = lengths
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let seed = 300 + 3 * i as u64;
+                [
+                    support::float_data(&[n], seed, -1.0, 1.0),
+                    support::float_data(&[n], seed + 1, -1.0, 1.0),
+                    support::float_data(&[n], seed + 2, 0.01, 1.0),
+                ]
+            })
+            .collect();
+        fn on<B: Backend>(data: &[[TensorData; 3]], device: &B::Device) -> Vec<[Tensor<B, 1>; 3]> {
+            data.iter()
+                .map(|set| set.clone().map(|d| Tensor::from_data(d, device)))
+                .collect()
+        }
+        let eager: Vec<TensorData> = adam_like(&on::<Eager>(&data, &device))
+            .into_iter()
+            .map(|t| t.into_data())
+            .collect();
+        let compiled = on::<C>(&data, &device);
+        let run = || -> Vec<TensorData> {
+            // Every update recorded before the first read: one graph.
+            let out = adam_like(&compiled);
+            out.into_iter().map(|t| t.into_data()).collect()
+        };
+        let (first, report) = explain(run);
+        let (kernels, members) = report
+            .graphs
+            .iter()
+            .map(|g| g.horizontal_kernels)
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        assert!(
+            kernels >= 1 && members == lengths.len(),
+            "{lengths:?}:\n{report}"
+        );
+        for (pass, got) in [first, run(), run()].into_iter().enumerate() {
+            for (i, (g, w)) in got.iter().zip(&eager).enumerate() {
+                println!("checking {lengths:?}, pass {pass}, parameter {i}");
+                g.assert_approx_eq::<f32>(w, tol());
+            }
+        }
+    }
+}
+
 /// A sum of 40 tensors, then `exp`: one elementwise run reading 40 tensors. On wgpu it is
 /// split into kernels that fit the bindings; the partial sum one kernel writes and the next
 /// consumes is an intermediate of the memory plan (a slot of the replay's one buffer), so the

@@ -1,8 +1,8 @@
 //! Launching a pointwise or row kernel on any CubeCL runtime.
 
-use crate::pointwise::pointwise;
+use crate::pointwise::{horizontal, pointwise};
 use crate::row::row;
-use crate::{KernelSpec, LaunchLayout, POINTWISE_CUBE, Reduction, cube_dim};
+use crate::{HorizontalSpec, KernelSpec, LaunchLayout, POINTWISE_CUBE, Reduction, cube_dim};
 use burn_compile_schedule::FusedKernel;
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
@@ -137,6 +137,82 @@ pub unsafe fn launch_pointwise<R: Runtime, E: Float + ScalarArgType>(
             scalars,
             meta,
             wide_out.into_iter().collect(),
+            spec,
+        );
+    }
+}
+
+/// Launches the pointwise kernels `members` (each over its own layout, all of one vector
+/// width, none symbolic) as one kernel ([`horizontal`]): `inputs`, `outputs` and `scalars` are
+/// every member's, in member order, as [`launch_pointwise`] takes one kernel's.
+///
+/// # Safety
+/// As [`launch_pointwise`], for every member and its buffers.
+pub unsafe fn launch_horizontal<R: Runtime, E: Float + ScalarArgType>(
+    client: &ComputeClient<R>,
+    members: &[(&FusedKernel, &LaunchLayout)],
+    inputs: Vec<(Handle, usize)>,
+    scalars: Vec<E>,
+    outputs: Vec<(Handle, usize)>,
+) {
+    let spec = HorizontalSpec::cached(members);
+    let vector = spec.vector();
+    assert!(
+        members.iter().all(|(_, l)| l.vector == vector),
+        "one vector width for every member"
+    );
+    let count =
+        |f: &dyn Fn(&FusedKernel) -> usize| members.iter().map(|(k, _)| f(k)).sum::<usize>();
+    assert_eq!(
+        inputs.len(),
+        count(&|k| k.inputs.len()),
+        "one buffer per input"
+    );
+    assert_eq!(
+        outputs.len(),
+        count(&|k| k.outputs as usize),
+        "one buffer per output"
+    );
+    assert_eq!(
+        scalars.len(),
+        count(&|k| k.scalars as usize),
+        "one value per scalar"
+    );
+    let (mut wide, mut thin) = (Vec::new(), Vec::new());
+    let mut buffers = inputs.into_iter();
+    for (kernel, layout) in members {
+        for i in 0..kernel.inputs.len() {
+            let (handle, len) = buffers.next().expect("counted above");
+            // SAFETY: the caller's lengths are what the handles hold.
+            if layout.narrow_input(kernel, i) {
+                thin.push(unsafe { ArrayArg::from_raw_parts(handle, len) });
+            } else {
+                wide.push(unsafe { ArrayArg::from_raw_parts(handle, len / vector) });
+            }
+        }
+    }
+    let outputs: Vec<_> = outputs
+        .into_iter()
+        // SAFETY: as above.
+        .map(|(handle, len)| unsafe { ArrayArg::from_raw_parts(handle, len / vector) })
+        .collect();
+    let narrow: SequenceArg<R, Array<E>> = thin.into_iter().collect();
+    let scalars: SequenceArg<R, E> = scalars.into_iter().collect();
+    let meta: SequenceArg<R, u32> = SequenceArg::new();
+    let cubes = spec.units().div_ceil(POINTWISE_CUBE as usize) as u32;
+    let cube_count = CubeCount::Static(cubes.max(1), 1, 1);
+    // SAFETY: this function's contract; units past the last member's range touch nothing.
+    unsafe {
+        horizontal::launch_unchecked::<E, R>(
+            client,
+            cube_count,
+            CubeDim::new_1d(POINTWISE_CUBE),
+            vector,
+            wide.into_iter().collect(),
+            narrow,
+            scalars,
+            meta,
+            outputs.into_iter().collect(),
             spec,
         );
     }

@@ -9,7 +9,7 @@ pub mod offline;
 pub mod pointwise;
 pub mod row;
 
-pub use launch::launch_pointwise;
+pub use launch::{launch_horizontal, launch_pointwise};
 pub use row::Reduction;
 
 /// What a launch compiles into a kernel besides its program: the iteration shape, each
@@ -377,6 +377,196 @@ impl KernelSpec {
     }
 }
 
+/// Where a kernel's buffers start in the launch's sequences (wide inputs, narrow inputs,
+/// outputs): 0 for a kernel launched alone, the earlier members' buffers for a member of a
+/// horizontal kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Bases {
+    pub wide: usize,
+    pub narrow: usize,
+    pub outputs: usize,
+}
+
+/// The members of a horizontal kernel (pointwise kernels of one vector width over layouts of
+/// their own, launched as one): the comptime argument of [`pointwise::horizontal`], shared as
+/// [`KernelSpec`] is.
+#[derive(Clone)]
+pub struct HorizontalSpec(std::sync::Arc<HorizontalInner>);
+
+struct HorizontalInner {
+    /// Per member: its kernel, its scalar indices offset by the earlier members' scalars.
+    kernels: Vec<FusedKernel>,
+    layouts: Vec<LaunchLayout>,
+    /// Per member, its first unit; then the launch's units.
+    starts: Vec<usize>,
+    bases: Vec<Bases>,
+    hash: u64,
+}
+
+impl HorizontalSpec {
+    /// The spec of `members` (kernel and layout each; every layout of one vector width, none
+    /// symbolic, no row kernel).
+    pub fn new(members: &[(&FusedKernel, &LaunchLayout)]) -> Self {
+        let hash = horizontal_hash(members);
+        let mut starts = vec![0];
+        let mut bases = Vec::with_capacity(members.len());
+        let mut next = Bases::default();
+        let mut scalars = 0u16;
+        let mut kernels = Vec::with_capacity(members.len());
+        for (kernel, layout) in members {
+            assert!(kernel.row.is_none(), "a horizontal member is pointwise");
+            assert!(
+                !layout.is_symbolic(),
+                "a horizontal member has constant sizes"
+            );
+            let units = layout.len() / layout.vector.max(1);
+            starts.push(starts.last().copied().unwrap_or(0) + units);
+            bases.push(next);
+            let narrow = (0..kernel.inputs.len())
+                .filter(|&i| layout.narrow_input(kernel, i))
+                .count();
+            next.narrow += narrow;
+            next.wide += kernel.inputs.len() - narrow;
+            next.outputs += kernel.outputs as usize;
+            let mut own = (*kernel).clone();
+            for instr in &mut own.program {
+                if let burn_compile_schedule::Instr::Scalar { index } = instr {
+                    *index += scalars;
+                }
+            }
+            scalars += kernel.scalars;
+            kernels.push(own);
+        }
+        Self(std::sync::Arc::new(HorizontalInner {
+            kernels,
+            layouts: members.iter().map(|(_, l)| (*l).clone()).collect(),
+            starts,
+            bases,
+            hash,
+        }))
+    }
+
+    /// The spec of `members`, one per process for equal contents (as [`KernelSpec::cached`]).
+    pub fn cached(members: &[(&FusedKernel, &LaunchLayout)]) -> Self {
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+        static SPECS: Mutex<Option<HashMap<u64, Vec<HorizontalSpec>>>> = Mutex::new(None);
+        let hash = horizontal_hash(members);
+        let mut specs = SPECS.lock().unwrap_or_else(|e| e.into_inner());
+        let bucket = specs
+            .get_or_insert_with(HashMap::new)
+            .entry(hash)
+            .or_default();
+        if let Some(spec) = bucket.iter().find(|s| s.same_members(members)) {
+            return spec.clone();
+        }
+        let spec = Self::new(members);
+        bucket.push(spec.clone());
+        spec
+    }
+
+    fn same_members(&self, members: &[(&FusedKernel, &LaunchLayout)]) -> bool {
+        self.0.layouts.len() == members.len()
+            && members.iter().enumerate().all(|(m, (kernel, layout))| {
+                self.0.layouts[m] == **layout && self.unshifted_eq(m, kernel)
+            })
+    }
+
+    /// Whether member `m`'s kernel is `kernel` (before its scalar indices were offset).
+    fn unshifted_eq(&self, m: usize, kernel: &FusedKernel) -> bool {
+        let own = &self.0.kernels[m];
+        let shift: u16 = self.0.kernels[..m].iter().map(|k| k.scalars).sum();
+        own.dtype == kernel.dtype
+            && own.rank == kernel.rank
+            && own.inputs == kernel.inputs
+            && own.outputs == kernel.outputs
+            && own.scalars == kernel.scalars
+            && own.row == kernel.row
+            && own.program.len() == kernel.program.len()
+            && own
+                .program
+                .iter()
+                .zip(&kernel.program)
+                .all(|(a, b)| match (a, b) {
+                    (
+                        burn_compile_schedule::Instr::Scalar { index: x },
+                        burn_compile_schedule::Instr::Scalar { index: y },
+                    ) => *x == *y + shift,
+                    (a, b) => a == b,
+                })
+    }
+
+    /// Number of members.
+    pub fn members(&self) -> usize {
+        self.0.kernels.len()
+    }
+
+    /// Member `m`'s first unit (`m` = the number of members: the launch's units).
+    pub fn start(&self, m: usize) -> usize {
+        self.0.starts[m]
+    }
+
+    /// Units of the launch (one vector each).
+    pub fn units(&self) -> usize {
+        *self.0.starts.last().expect("starts")
+    }
+
+    /// Member `m`'s kernel, its scalars numbered in the launch's sequence.
+    pub fn kernel(&self, m: usize) -> &FusedKernel {
+        &self.0.kernels[m]
+    }
+
+    pub fn layout(&self, m: usize) -> &LaunchLayout {
+        &self.0.layouts[m]
+    }
+
+    pub fn bases(&self, m: usize) -> Bases {
+        self.0.bases[m]
+    }
+
+    /// The vector width of every member.
+    pub fn vector(&self) -> usize {
+        self.0.layouts.first().map_or(1, |l| l.vector)
+    }
+}
+
+fn horizontal_hash(members: &[(&FusedKernel, &LaunchLayout)]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    for (kernel, layout) in members {
+        kernel.hash(&mut h);
+        layout.hash(&mut h);
+    }
+    h.finish()
+}
+
+impl core::hash::Hash for HorizontalSpec {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0.hash);
+    }
+}
+
+impl PartialEq for HorizontalSpec {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.hash == other.0.hash
+                && self.0.kernels == other.0.kernels
+                && self.0.layouts == other.0.layouts)
+    }
+}
+
+impl Eq for HorizontalSpec {}
+
+impl core::fmt::Debug for HorizontalSpec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "horizontal {:?} over {:?}",
+            self.0.kernels, self.0.layouts
+        )
+    }
+}
+
 /// One fast hash of a kernel and its layout.
 fn content_hash(kernel: &FusedKernel, layout: &LaunchLayout) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -545,6 +735,41 @@ fn define<Fl: Flavor, E: Float + ScalarArgType>(
     }
 }
 
+/// The kernel definition of a horizontal kernel over `members` with element type `E`.
+fn define_horizontal<Fl: Flavor, E: Float + ScalarArgType>(
+    members: &[(&FusedKernel, &LaunchLayout)],
+) -> (cubecl::prelude::KernelDefinition, StorageType) {
+    let client = OfflineRuntime::<Fl>::client(&StubDevice);
+    let settings = KernelSettings::default()
+        .cube_dim(CubeDim::new_1d(POINTWISE_CUBE))
+        .address_type(AddressType::U32);
+    let spec = HorizontalSpec::new(members);
+    let (mut wide, mut narrow, mut outputs, mut scalars) = (0, 0, 0, 0);
+    for (kernel, layout) in members {
+        let n = (0..kernel.inputs.len())
+            .filter(|&i| layout.narrow_input(kernel, i))
+            .count();
+        narrow += n;
+        wide += kernel.inputs.len() - n;
+        outputs += kernel.outputs as usize;
+        scalars += kernel.scalars as usize;
+    }
+    let k = pointwise::horizontal::Horizontal::<E, OfflineRuntime<Fl>>::new(
+        settings,
+        client,
+        array_args(wide),
+        array_args::<E>(narrow),
+        (0..scalars).map(|_| ()).collect(),
+        SequenceCompilationArg {
+            values: Default::default(),
+        },
+        array_args(outputs),
+        spec.vector(),
+        spec,
+    );
+    (k.define(), k.address_type())
+}
+
 /// The compilation arguments of `n` array parameters of element `C` (scalars or vectors).
 fn array_args<C: CubePrimitive>(n: usize) -> SequenceCompilationArg<Array<C>> {
     (0..n)
@@ -576,6 +801,34 @@ pub fn cuda_source(kernel: &FusedKernel, layout: &LaunchLayout) -> Result<String
             });
         }
     };
+    compile_cuda(definition, address)
+}
+
+/// The CUDA C++ source of a horizontal kernel over `members` (as [`launch_horizontal`]
+/// launches it).
+pub fn cuda_horizontal_source(
+    members: &[(&FusedKernel, &LaunchLayout)],
+) -> Result<String, CodegenError> {
+    let dtype = members.first().map_or(DType::F32, |(k, _)| k.dtype);
+    let (definition, address) = match dtype {
+        DType::F32 | DType::Flex32 => define_horizontal::<CudaFlavor, f32>(members),
+        DType::F16 => define_horizontal::<CudaFlavor, half::f16>(members),
+        DType::BF16 => define_horizontal::<CudaFlavor, half::bf16>(members),
+        DType::F64 => define_horizontal::<CudaFlavor, f64>(members),
+        dtype => {
+            return Err(CodegenError::UnsupportedDType {
+                dtype,
+                target: "CUDA",
+            });
+        }
+    };
+    compile_cuda(definition, address)
+}
+
+fn compile_cuda(
+    definition: cubecl::prelude::KernelDefinition,
+    address: StorageType,
+) -> Result<String, CodegenError> {
     let options = cubecl_cpp::shared::CompilationOptions {
         warp_size: 32,
         supports_features: cubecl_cpp::shared::CppSupportedFeatures {
@@ -640,6 +893,29 @@ pub fn wgsl_source(kernel: &FusedKernel, layout: &LaunchLayout) -> Result<String
             });
         }
     };
+    compile_wgsl(definition, address)
+}
+
+/// The WGSL source of a horizontal kernel over `members`.
+pub fn wgsl_horizontal_source(
+    members: &[(&FusedKernel, &LaunchLayout)],
+) -> Result<String, CodegenError> {
+    let (definition, address) = match members.first().map_or(DType::F32, |(k, _)| k.dtype) {
+        DType::F32 | DType::Flex32 => define_horizontal::<WgslFlavor, f32>(members),
+        dtype => {
+            return Err(CodegenError::UnsupportedDType {
+                dtype,
+                target: "WGSL",
+            });
+        }
+    };
+    compile_wgsl(definition, address)
+}
+
+fn compile_wgsl(
+    definition: cubecl::prelude::KernelDefinition,
+    address: StorageType,
+) -> Result<String, CodegenError> {
     cubecl_wgpu::WgslCompiler::default()
         .compile(
             definition,

@@ -12,14 +12,13 @@
 //! arithmetic's products over them and the strides are read from the kernel's `meta`
 //! arguments, so one kernel serves every size of those dimensions.
 
-use crate::{KernelSpec, Meta};
-use burn_compile_schedule::{BinaryOp, Constant, Instr, UnaryOp};
+use crate::{Bases, HorizontalSpec, KernelSpec, LaunchLayout, Meta};
+use burn_compile_schedule::{BinaryOp, Constant, FusedKernel, Instr, UnaryOp};
 use cubecl::ScalarArgType;
 use cubecl::prelude::*;
 
-// Index loops: CubeCL expands `for i in 0..n` with comptime bounds, not iterators. Inside
-// `comptime!` the kernel is owned in the expansion (hence the borrows clippy sees as needless).
-#[allow(clippy::needless_range_loop, clippy::needless_borrow)]
+// Inside `comptime!` the kernel is owned in the expansion (the borrow clippy sees as needless).
+#[allow(clippy::needless_borrow)]
 #[cube(launch_unchecked)]
 pub fn pointwise<F: Float + ScalarArgType, N: Size>(
     inputs: &Sequence<Array<Vector<F, N>>>,
@@ -34,7 +33,6 @@ pub fn pointwise<F: Float + ScalarArgType, N: Size>(
     let symbolic = comptime![layout.is_symbolic()];
     // Each unit takes one vector: `vector` consecutive elements of the last dimension.
     let pos = ABSOLUTE_POS;
-    let rank = comptime![kernel.rank as usize];
     let vector = comptime![layout.vector];
     if comptime![symbolic] {
         let slot = comptime![layout.meta_slot(&kernel, Meta::Len)];
@@ -44,6 +42,80 @@ pub fn pointwise<F: Float + ScalarArgType, N: Size>(
     } else if pos >= comptime![layout.len() / vector] {
         terminate!();
     }
+    pointwise_at::<F, N>(
+        inputs,
+        narrow,
+        scalars,
+        meta,
+        outputs,
+        pos,
+        kernel,
+        layout,
+        comptime![Bases::default()],
+    );
+}
+
+/// Several pointwise kernels as one launch (a horizontal group): each member takes a range of
+/// the launch's units and runs its own program over its own buffers, which follow the earlier
+/// members' in each sequence (the members' scalar indices are offset in their programs).
+#[cube(launch_unchecked)]
+pub fn horizontal<F: Float + ScalarArgType, N: Size>(
+    inputs: &Sequence<Array<Vector<F, N>>>,
+    narrow: &Sequence<Array<F>>,
+    scalars: &Sequence<F>,
+    meta: &Sequence<u32>,
+    outputs: &mut Sequence<Array<Vector<F, N>>>,
+    #[comptime] spec: &HorizontalSpec,
+) {
+    let pos = ABSOLUTE_POS;
+    let members = comptime![spec.members()];
+    #[unroll]
+    for m in 0..members {
+        let start = comptime![spec.start(m)];
+        let end = comptime![spec.start(m + 1)];
+        if pos >= start && pos < end {
+            let kernel = comptime![spec.kernel(m)];
+            let layout = comptime![spec.layout(m)];
+            let bases = comptime![spec.bases(m)];
+            pointwise_at::<F, N>(
+                inputs,
+                narrow,
+                scalars,
+                meta,
+                outputs,
+                pos - start,
+                kernel,
+                layout,
+                bases,
+            );
+        }
+    }
+}
+
+/// Unit `pos` of a pointwise kernel (within its iteration space): its program over the vector
+/// at `pos`. The kernel's buffers start at `bases` in the launch's sequences.
+// Index loops: CubeCL expands `for i in 0..n` with comptime bounds, not iterators. Inside
+// `comptime!` the kernel is owned in the expansion (hence the borrows clippy sees as needless).
+#[allow(
+    clippy::needless_range_loop,
+    clippy::needless_borrow,
+    clippy::too_many_arguments
+)]
+#[cube]
+fn pointwise_at<F: Float + ScalarArgType, N: Size>(
+    inputs: &Sequence<Array<Vector<F, N>>>,
+    narrow: &Sequence<Array<F>>,
+    scalars: &Sequence<F>,
+    meta: &Sequence<u32>,
+    outputs: &mut Sequence<Array<Vector<F, N>>>,
+    pos: usize,
+    #[comptime] kernel: &FusedKernel,
+    #[comptime] layout: &LaunchLayout,
+    #[comptime] bases: Bases,
+) {
+    let symbolic = comptime![layout.is_symbolic()];
+    let rank = comptime![kernel.rank as usize];
+    let vector = comptime![layout.vector];
     // Coordinates of `pos` in the iteration space counted in vectors (row-major; the last
     // dimension in vectors).
     let mut coords = Sequence::<usize>::new();
@@ -79,7 +151,11 @@ pub fn pointwise<F: Float + ScalarArgType, N: Size>(
             Instr::Load { input } => {
                 let input = comptime![input as usize];
                 let broadcast = comptime![kernel.inputs[input].clone()];
-                let slot = comptime![layout.input_slot(&kernel, input)];
+                let is_narrow = comptime![layout.narrow_input(&kernel, input)];
+                let slot = comptime![
+                    layout.input_slot(&kernel, input)
+                        + if is_narrow { bases.narrow } else { bases.wide }
+                ];
                 let mut offset: usize = 0;
                 #[unroll]
                 for d in 0..rank {
@@ -93,7 +169,7 @@ pub fn pointwise<F: Float + ScalarArgType, N: Size>(
                         }
                     }
                 }
-                if comptime![layout.narrow_input(&kernel, input)] {
+                if comptime![is_narrow] {
                     regs.push(Vector::new(narrow.index(slot)[offset]));
                 } else {
                     regs.push(inputs.index(slot)[offset]);
@@ -107,7 +183,7 @@ pub fn pointwise<F: Float + ScalarArgType, N: Size>(
             }
             Instr::Store { output, value } => {
                 let v = *regs.index(comptime![value as usize]);
-                let out = outputs.index_mut(comptime![output as usize]);
+                let out = outputs.index_mut(comptime![output as usize + bases.outputs]);
                 out[pos] = v;
             }
             // Row kernels only (`crate::row`): the scheduler never puts one here.

@@ -433,3 +433,23 @@ fn row_symbolic_softmax() {
     assert_eq!(meta.len(), layout.meta_entries(&symbolic).len());
     snapshot_over("row_symbolic_softmax", &symbolic, &layout);
 }
+
+/// A horizontal kernel: two members of one program over their own shapes (the second with a
+/// transposed input), each its own range of units, buffers and scalars.
+#[test]
+fn horizontal_two_members() {
+    let k = support::chain();
+    let a = LaunchLayout::contiguous(&k, &[4, 8]);
+    let b = LaunchLayout::new(&k, &[16, 2], &[&[1, 16]]);
+    let members = [(&k, &a), (&k, &b)];
+    let description = format!("{k:?} over {a:?}, then over {b:?}");
+    let cuda = burn_compile_codegen::cuda_horizontal_source(&members).expect("CUDA source");
+    let wgsl = burn_compile_codegen::wgsl_horizontal_source(&members).expect("WGSL source");
+    assert_stage_snapshot!(
+        "codegen",
+        "horizontal_two_members.cuda",
+        cuda,
+        description.clone()
+    );
+    assert_stage_snapshot!("codegen", "horizontal_two_members.wgsl", wgsl, description);
+}

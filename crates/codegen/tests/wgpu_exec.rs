@@ -6,7 +6,7 @@
 
 mod support;
 
-use burn_compile_codegen::{LaunchLayout, launch_pointwise};
+use burn_compile_codegen::{LaunchLayout, launch_horizontal, launch_pointwise};
 use burn_compile_schedule::{FusedKernel, UnaryOp};
 use cubecl::CubeElement;
 use cubecl::prelude::*;
@@ -299,4 +299,129 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
             &[],
         );
     }
+}
+
+/// One member of a horizontal launch: its kernel, shape, inputs and scalars.
+struct Member {
+    kernel: FusedKernel,
+    shape: Vec<usize>,
+    inputs: Vec<Input>,
+    scalars: Vec<f32>,
+}
+
+/// Runs `members` as one horizontal kernel at `vector` (each member's layout from its inputs'
+/// strides) and checks every member's outputs against the host reference.
+fn run_horizontal(
+    client: &ComputeClient<WgpuRuntime>,
+    name: &str,
+    members: &[Member],
+    vector: usize,
+) {
+    let layouts: Vec<LaunchLayout> = members
+        .iter()
+        .map(|m| {
+            let strides: Vec<&[usize]> = m.inputs.iter().map(|i| i.strides.as_slice()).collect();
+            LaunchLayout::new(&m.kernel, &m.shape, &strides).vectorize(&m.kernel, vector)
+        })
+        .collect();
+    assert!(
+        layouts.iter().all(|l| l.vector == vector),
+        "{name}: every member takes vectors of {vector}"
+    );
+    let inputs: Vec<(cubecl::server::Handle, usize)> = members
+        .iter()
+        .flat_map(|m| &m.inputs)
+        .map(|i| {
+            (
+                client.create_from_slice(f32::as_bytes(&i.data)),
+                i.data.len(),
+            )
+        })
+        .collect();
+    let len = |m: &Member| m.shape.iter().product::<usize>();
+    let outputs: Vec<(cubecl::server::Handle, usize)> = members
+        .iter()
+        .flat_map(|m| (0..m.kernel.outputs).map(move |_| len(m)))
+        .map(|n| (client.empty(n * 4), n))
+        .collect();
+    let specs: Vec<(&FusedKernel, &LaunchLayout)> =
+        members.iter().map(|m| &m.kernel).zip(&layouts).collect();
+    let scalars: Vec<f32> = members.iter().flat_map(|m| m.scalars.clone()).collect();
+    unsafe {
+        launch_horizontal::<WgpuRuntime, f32>(client, &specs, inputs, scalars, outputs.clone());
+    }
+    let mut outputs = outputs.into_iter();
+    for (j, m) in members.iter().enumerate() {
+        let want = reference(&m.kernel, &m.shape, &m.inputs, &m.scalars);
+        for (o, want) in want.iter().enumerate() {
+            let (handle, _) = outputs.next().expect("an output per member output");
+            let bytes = client.read_one(handle).expect("read output");
+            let got = f32::from_bytes(&bytes);
+            assert_eq!(got.len(), want.len());
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                let tol = 1e-5 + 1e-4 * w.abs();
+                assert!(
+                    (*g as f64 - w).abs() <= tol,
+                    "{name}: member {j} output {o}[{i}] = {g}, expected {w}"
+                );
+            }
+        }
+    }
+}
+
+/// Pointwise kernels of one launch (a horizontal group), each over its own shape, inputs,
+/// strides and scalars: every member's outputs are its own kernel's. Once in scalar code with
+/// a partial cube, a transposed input and members of different programs; once in vectors of 4.
+#[test]
+fn horizontal_kernels_compute_each_members_own_outputs_on_wgpu() {
+    let Some(client) = client() else { return };
+    let transposed = {
+        let mut x = contiguous(&[3, 70], 31, -2.0, 2.0);
+        // The same values read as [70, 3] through strides [1, 70].
+        x.shape = vec![70, 3];
+        x.strides = vec![1, 70];
+        x
+    };
+    let scalar_members = vec![
+        Member {
+            kernel: support::chain(),
+            shape: vec![5, 7],
+            inputs: vec![contiguous(&[5, 7], 1, -2.0, 2.0)],
+            scalars: vec![0.75],
+        },
+        Member {
+            kernel: support::chain(),
+            shape: vec![70, 3],
+            inputs: vec![transposed],
+            scalars: vec![-1.5],
+        },
+        Member {
+            kernel: support::bias_relu(),
+            shape: vec![300, 9],
+            inputs: vec![
+                contiguous(&[300, 9], 2, -1.0, 1.0),
+                contiguous(&[1, 9], 3, -0.5, 0.5),
+            ],
+            scalars: vec![],
+        },
+        Member {
+            kernel: support::chain(),
+            shape: vec![1, 1],
+            inputs: vec![contiguous(&[1, 1], 4, -2.0, 2.0)],
+            scalars: vec![2.0],
+        },
+    ];
+    run_horizontal(&client, "horizontal, scalar code", &scalar_members, 1);
+
+    let vector_members: Vec<Member> = [(6, 64, 0.75), (2, 1024, 0.5), (33, 16, -0.25)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (r, c, s))| Member {
+            kernel: support::chain(),
+            shape: vec![r, c],
+            inputs: vec![contiguous(&[r, c], 40 + i as u64, -2.0, 2.0)],
+            scalars: vec![s],
+        })
+        .collect();
+    run_horizontal(&client, "horizontal, vectors of 4", &vector_members, 4);
 }

@@ -51,6 +51,9 @@ pub enum Launch {
         bindings: Vec<Binding>,
         scalars: (u32, u32),
     },
+    /// Horizontal group `group`: its members' kernels (each a [`Launch::Kernel`]) as one
+    /// launch where the target takes it, else one by one.
+    Horizontal { group: u32, kernels: Vec<Launch> },
     /// Library matmul group `group` (cuBLASLt): its operands, its residual, its output, and α
     /// (an index in the scalar table; none: 1).
     Matmul {
@@ -79,6 +82,28 @@ pub struct Executable {
     names: Vec<(u32, String)>,
 }
 
+/// The launch of fused group `group`, its scalars appended to the table.
+fn kernel_launch(plan: &Plan, group: u32, scalars: &mut Vec<ScalarSource>) -> Launch {
+    let g = &plan.fused[group as usize];
+    let slots = plan.memory.fused.get(group as usize);
+    let start = scalars.len() as u32;
+    scalars.extend(g.scalars.iter().map(|op| ScalarSource::Operand(*op)));
+    let bindings = g
+        .inputs
+        .iter()
+        .map(|s| Binding::Read(*s))
+        .chain(g.outputs.iter().enumerate().map(|(o, at)| Binding::Write {
+            at: *at,
+            slab: slots.and_then(|s| s.get(o).copied().flatten()),
+        }))
+        .collect();
+    Launch::Kernel {
+        group,
+        bindings,
+        scalars: (start, g.scalars.len() as u32),
+    }
+}
+
 impl Executable {
     /// Lowers `plan`, scheduled from a graph of `ops` (any replay's ops: they have the plan's
     /// structure).
@@ -101,26 +126,15 @@ impl Executable {
                         kind: *kind,
                     }
                 }
-                Step::Fused { group } => {
-                    let g = &plan.fused[*group as usize];
-                    let slots = plan.memory.fused.get(*group as usize);
-                    let start = scalars.len() as u32;
-                    scalars.extend(g.scalars.iter().map(|op| ScalarSource::Operand(*op)));
-                    let bindings = g
-                        .inputs
+                Step::Fused { group } => kernel_launch(plan, *group, &mut scalars),
+                Step::Horizontal { group } => Launch::Horizontal {
+                    group: *group,
+                    kernels: plan.horizontal[*group as usize]
+                        .members
                         .iter()
-                        .map(|s| Binding::Read(*s))
-                        .chain(g.outputs.iter().enumerate().map(|(o, at)| Binding::Write {
-                            at: *at,
-                            slab: slots.and_then(|s| s.get(o).copied().flatten()),
-                        }))
-                        .collect();
-                    Launch::Kernel {
-                        group: *group,
-                        bindings,
-                        scalars: (start, g.scalars.len() as u32),
-                    }
-                }
+                        .map(|m| kernel_launch(plan, *m, &mut scalars))
+                        .collect(),
+                },
                 Step::Matmul { group } => {
                     let g = &plan.matmul[*group as usize];
                     let operands = ops[g.op as usize].inputs().count() as u8;
@@ -279,6 +293,13 @@ impl Executable {
                 bindings(f, b)?;
                 if *len > 0 {
                     write!(f, " scalars s{start}..s{}", start + len)?;
+                }
+            }
+            Launch::Horizontal { group, kernels } => {
+                write!(f, "horizontal {group} of {} kernels:", kernels.len())?;
+                for kernel in kernels {
+                    write!(f, "\n        ")?;
+                    self.fmt_launch(f, kernel)?;
                 }
             }
             Launch::Matmul {

@@ -31,6 +31,9 @@ pub struct InnerDevice<B: BackendIr> {
     kernels: Option<Arc<dyn KernelTarget<B::FloatTensorPrimitive>>>,
     /// Kernels that failed: their groups run op by op from then on.
     failed: Mutex<FxHashSet<FusedKernel>>,
+    /// Horizontal kernels (by their members' kernels) that failed: their members launch one
+    /// by one from then on.
+    failed_horizontal: Mutex<FxHashSet<Vec<FusedKernel>>>,
     /// Why kernel builds failed, each warned about once.
     build_failures: Mutex<FxHashSet<String>>,
     /// `CompileConfig::strict` and `inject_kernel_failure` of the device, as last read.
@@ -91,6 +94,7 @@ impl<B: BackendIr> InnerDevice<B> {
             handles: Mutex::new(HandleContainer::new()),
             kernels,
             failed: Mutex::new(FxHashSet::default()),
+            failed_horizontal: Mutex::new(FxHashSet::default()),
             build_failures: Mutex::new(FxHashSet::default()),
             strict: AtomicBool::new(false),
             inject_failure: AtomicBool::new(false),
@@ -590,24 +594,11 @@ impl<B: BackendIr> InnerDevice<B> {
             .kernels
             .as_deref()
             .expect("a plan with fused kernels is only built for a kernel target");
-        // Slots name an operation's input or output by position (no allocation per replay).
-        let input = |slot: &burn_compile_schedule::Slot| -> &TensorIr {
-            let op = &ops[slot.op as usize];
-            op.inputs()
-                .nth(slot.pos as usize)
-                .expect("slot within the operation")
-        };
-        let output = |slot: &burn_compile_schedule::Slot| -> &TensorIr {
-            let op = &ops[slot.op as usize];
-            op.outputs()
-                .nth(slot.pos as usize)
-                .expect("slot within the operation")
-        };
         let mut handles = self.handles();
         let inputs: Vec<B::FloatTensorPrimitive> = group
             .inputs
             .iter()
-            .map(|slot| float_input::<B>(&mut handles, input(slot)))
+            .map(|slot| float_input::<B>(&mut handles, slot_input(ops, slot)))
             .collect();
         if self.inject_failure.load(Ordering::Relaxed) {
             return Err("failure injected (inject_kernel_failure)".into());
@@ -635,19 +626,103 @@ impl<B: BackendIr> InnerDevice<B> {
             return Ok(false);
         };
         drop(inputs);
-        for (slot, out) in group.outputs.iter().zip(outputs) {
-            handles.register_handle(output(slot).id, B::float_tensor_handle(out));
-        }
-        for (slot, consumed) in group.inputs.iter().zip(&group.consumed) {
-            if *consumed {
-                handles.remove_handle(input(slot).id);
+        register_outputs::<B>(&mut handles, ops, group, outputs);
+        Ok(true)
+    }
+
+    /// Runs a horizontal group: its members' kernels as one launch where the target takes
+    /// them together, else each member as [`InnerDevice::fused`] runs it (a target with no
+    /// horizontal kernel, a member whose kernel is not built yet, or after a failed launch:
+    /// warned once per group of kernels; an error when strict).
+    pub fn horizontal(&self, ops: &[OperationIr], members: &[Member<'_, B::FloatTensorPrimitive>]) {
+        let kernels =
+            || -> Vec<FusedKernel> { members.iter().map(|m| m.group.kernel.clone()).collect() };
+        let known_bad = {
+            let failed = self
+                .failed_horizontal
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            !failed.is_empty() && failed.contains(&kernels())
+        };
+        if !known_bad {
+            match self.horizontal_kernel(ops, members) {
+                Ok(true) => {
+                    crate::counters::count(&crate::counters::COUNTERS.kernels_launched);
+                    return;
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    let strict = self.strict.load(Ordering::Relaxed);
+                    let summary = format!(
+                        "{} kernels launched together, the first {}",
+                        members.len(),
+                        members[0].group.summary()
+                    );
+                    let message = failure("a horizontal kernel", &error, strict, &summary).replace(
+                        "running its ops on the inner backend instead",
+                        "launching its kernels one by one instead",
+                    );
+                    tracing::warn!(target: "burn_compile::output_code", "{message}");
+                    self.failed_horizontal
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(kernels());
+                    crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
+                }
             }
         }
-        for d in &group.drops {
-            if let OperationIr::Drop(t) = &ops[*d as usize] {
-                // A dropped intermediate of the group was never materialized: nothing to free.
-                handles.remove_handle(t.id);
-            }
+        for m in members {
+            self.fused(ops, m.group, &m.into, m.scalars);
+        }
+    }
+
+    /// The one launch of a horizontal group; `Ok(false)` when the target does not take it.
+    fn horizontal_kernel(
+        &self,
+        ops: &[OperationIr],
+        members: &[Member<'_, B::FloatTensorPrimitive>],
+    ) -> Result<bool, String> {
+        let target = self
+            .kernels
+            .as_deref()
+            .expect("a plan with fused kernels is only built for a kernel target");
+        let mut handles = self.handles();
+        let inputs: Vec<Vec<B::FloatTensorPrimitive>> = members
+            .iter()
+            .map(|m| {
+                m.group
+                    .inputs
+                    .iter()
+                    .map(|slot| float_input::<B>(&mut handles, slot_input(ops, slot)))
+                    .collect()
+            })
+            .collect();
+        if self.inject_failure.load(Ordering::Relaxed) {
+            return Err("failure injected (inject_kernel_failure)".into());
+        }
+        let vectorize = self.vectorize.load(Ordering::Relaxed);
+        let kernels: Vec<Work<'_, B::FloatTensorPrimitive>> = members
+            .iter()
+            .zip(&inputs)
+            .map(|(m, inputs)| Work::Kernel {
+                kernel: &m.group.kernel,
+                shape: &m.group.shape,
+                inputs,
+                scalars: m.scalars,
+                into: &m.into,
+                vectorize,
+                dynamic: &m.group.dynamic,
+            })
+            .collect();
+        let Some(outputs) = target.launch(Work::Horizontal { kernels: &kernels })? else {
+            return Ok(false);
+        };
+        drop(kernels);
+        drop(inputs);
+        let mut outputs = outputs.into_iter();
+        for m in members {
+            let own: Vec<_> = outputs.by_ref().take(m.group.outputs.len()).collect();
+            register_outputs::<B>(&mut handles, ops, m.group, own);
         }
         Ok(true)
     }
@@ -776,6 +851,50 @@ fn failure(what: &str, error: &str, strict: bool, summary: &str) -> String {
         panic!("{message}");
     }
     message
+}
+
+/// One member of a horizontal launch: its group, the slot buffers of its outputs (`None`:
+/// allocated on their own), its scalars.
+pub struct Member<'a, T> {
+    pub group: &'a FusedGroup,
+    pub into: Vec<Option<&'a T>>,
+    pub scalars: &'a [f64],
+}
+
+/// The tensor read at `slot`.
+fn slot_input<'a>(ops: &'a [OperationIr], slot: &burn_compile_schedule::Slot) -> &'a TensorIr {
+    ops[slot.op as usize]
+        .inputs()
+        .nth(slot.pos as usize)
+        .expect("slot within the operation")
+}
+
+/// A fused group's kernel ran: its outputs are registered, the inputs it consumed and its
+/// drops freed.
+fn register_outputs<B: BackendIr>(
+    handles: &mut HandleContainer<B::Handle>,
+    ops: &[OperationIr],
+    group: &FusedGroup,
+    outputs: Vec<B::FloatTensorPrimitive>,
+) {
+    for (slot, out) in group.outputs.iter().zip(outputs) {
+        let t = ops[slot.op as usize]
+            .outputs()
+            .nth(slot.pos as usize)
+            .expect("slot within the operation");
+        handles.register_handle(t.id, B::float_tensor_handle(out));
+    }
+    for (slot, consumed) in group.inputs.iter().zip(&group.consumed) {
+        if *consumed {
+            handles.remove_handle(slot_input(ops, slot).id);
+        }
+    }
+    for d in &group.drops {
+        if let OperationIr::Drop(t) = &ops[*d as usize] {
+            // A dropped intermediate of the group was never materialized: nothing to free.
+            handles.remove_handle(t.id);
+        }
+    }
 }
 
 /// The inner float tensor of `t`, read (its handle stays registered).

@@ -298,7 +298,11 @@ fn guard_bits(guarded: &[usize], table: &[f64], eager: &[u64]) -> Vec<u64> {
 /// The kernel scalars of `executable`: (table entry, the kernel's dtype).
 fn kernel_scalars(plan: &Plan, executable: &Executable) -> Vec<(usize, DType)> {
     let mut entries = Vec::new();
-    for launch in &executable.launches {
+    let kernels = executable.launches.iter().flat_map(|launch| match launch {
+        Launch::Horizontal { kernels, .. } => kernels.as_slice(),
+        other => std::slice::from_ref(other),
+    });
+    for launch in kernels {
         if let Launch::Kernel {
             group,
             scalars: (first, len),

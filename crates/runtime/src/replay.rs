@@ -2,6 +2,7 @@
 
 use crate::InnerDevice;
 use crate::executable::{Binding, Executable, Launch};
+use crate::inner::Member;
 use burn_compile_graph::{Activation, GraphKey};
 use burn_compile_schedule::Plan;
 use burn_ir::{BackendIr, OperationIr};
@@ -67,13 +68,28 @@ fn walk<B: BackendIr>(
                 scalars: (first, len),
             } => {
                 into.clear();
-                into.extend(bindings.iter().filter_map(|b| match b {
-                    Binding::Read(_) => None,
-                    Binding::Write { slab: s, .. } => Some(s.and_then(|s| slab.get(s as usize))),
-                }));
+                into.extend(slab_outputs(bindings, &slab));
                 let (first, len) = (*first as usize, *len as usize);
                 let group = &plan.fused[*group as usize];
                 inner.fused(ops, group, &into, &scalars[first..first + len])
+            }
+            Launch::Horizontal { kernels, .. } => {
+                let members: Vec<Member<'_, _>> = kernels
+                    .iter()
+                    .filter_map(|k| match k {
+                        Launch::Kernel {
+                            group,
+                            bindings,
+                            scalars: (first, len),
+                        } => Some(Member {
+                            group: &plan.fused[*group as usize],
+                            into: slab_outputs(bindings, &slab).collect(),
+                            scalars: &scalars[*first as usize..(*first + *len) as usize],
+                        }),
+                        _ => None,
+                    })
+                    .collect();
+                inner.horizontal(ops, &members)
             }
             Launch::Matmul {
                 group,
@@ -109,6 +125,7 @@ fn walk<B: BackendIr>(
                     "kernel (row)"
                 }
                 Launch::Kernel { .. } => "kernel (pointwise)",
+                Launch::Horizontal { .. } => "kernel (horizontal)",
                 Launch::Matmul { .. } => "library matmul",
                 Launch::Attention { .. } => "attention",
                 Launch::Release { .. } | Launch::Alias { .. } => "release",
@@ -119,6 +136,17 @@ fn walk<B: BackendIr>(
     if !plan.fused.is_empty() {
         inner.finish_replay(key);
     }
+}
+
+/// The slab buffers a kernel's outputs go to (`None`: allocated on their own), in output order.
+fn slab_outputs<'a, T>(
+    bindings: &'a [Binding],
+    slab: &'a [T],
+) -> impl Iterator<Item = Option<&'a T>> + 'a {
+    bindings.iter().filter_map(move |b| match b {
+        Binding::Read(_) => None,
+        Binding::Write { slab: s, .. } => Some(s.and_then(|s| slab.get(s as usize))),
+    })
 }
 
 /// Frees the inputs of `op` at `positions` (in `op.inputs()` order): it consumed them in place,

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 #[path = "../../schedule/tests/support/mod.rs"]
 mod support;
-use support::{add, add_scalar, linear, mul_scalar, plan, relu};
+use support::{add, add_scalar, linear, mul_scalar, plan, plan_with, relu};
 include!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../snapshots/assert.rs"
@@ -115,6 +115,7 @@ fn scalars_are_read_from_each_replays_ops_never_frozen() {
 #[derive(Debug, PartialEq)]
 enum Offered {
     Kernel { inputs: usize, scalars: Vec<f64> },
+    Horizontal { members: usize },
     Matmul { inputs: usize, residual: bool },
 }
 
@@ -146,6 +147,9 @@ impl KernelTarget<FlexTensor> for Recording {
             } => Offered::Matmul {
                 inputs: inputs.len(),
                 residual: epilogue.residual.is_some(),
+            },
+            Work::Horizontal { kernels } => Offered::Horizontal {
+                members: kernels.len(),
             },
             Work::Attention { .. } | Work::ReshapeCopy { .. } => return Ok(None),
         };
@@ -220,4 +224,90 @@ fn the_replay_offers_each_launch_once_with_this_replays_scalars() {
         !inner.first_replay(&plan),
         "lowered once, at the first replay"
     );
+}
+
+/// Two parameter updates (`g · lr + p · 0.9`, shapes [4, 8] and [8]): two kernels of one
+/// program, launched together.
+fn two_updates(lr: f64) -> Vec<OperationIr> {
+    let mut ops = Vec::new();
+    for (base, shape) in [(10u64, &[4, 8][..]), (20, &[8][..])] {
+        ops.extend([
+            mul_scalar(t(base, shape, ReadWrite), lr, base + 2),
+            mul_scalar(t(base + 1, shape, ReadOnly), 0.9, base + 3),
+            add(
+                t(base + 2, shape, ReadWrite),
+                t(base + 3, shape, ReadWrite),
+                base + 4,
+            ),
+        ]);
+    }
+    ops
+}
+
+/// A horizontal group lowers to one launch holding its members' kernel launches, each with
+/// its own bindings and its own scalars in the table.
+#[test]
+fn a_horizontal_group_lowers_to_one_launch_of_its_members() {
+    let ops = two_updates(0.1);
+    let plan = plan_with(&ops, false, false, true, usize::MAX);
+    let executable = Executable::lower(&plan, &ops);
+    assert_stage_snapshot!(
+        "runtime",
+        "horizontal_updates",
+        executable.to_string(),
+        "two_updates(0.1): g · lr + p · 0.9 over [4, 8] and [8]"
+    );
+    assert_eq!(executable.work(), 1);
+    let Launch::Horizontal { kernels, .. } = &executable.launches[0] else {
+        panic!("{executable}")
+    };
+    assert_eq!(kernels.len(), 2);
+    assert_eq!(executable.scalar_table(&ops), vec![0.1, 0.9, 0.1, 0.9]);
+}
+
+/// The replay offers a horizontal group to the target as one launch; declined (this target
+/// takes nothing), each member is offered as its own kernel, and the values are eager Flex's.
+#[test]
+fn a_declined_horizontal_launch_falls_back_to_its_members() {
+    let target = Arc::new(Recording::default());
+    let inner = InnerDevice::<Flex>::with_target(FlexDevice, Some(target.clone()));
+    let ops = two_updates(0.25);
+    let plan = Arc::new(plan_with(&ops, false, false, true, usize::MAX));
+    let mut want = Vec::new();
+    for (id, shape) in [
+        (10u64, vec![4, 8]),
+        (11, vec![4, 8]),
+        (20, vec![8]),
+        (21, vec![8]),
+    ] {
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = (0..n)
+            .map(|j| ((j * 5 + id as usize) % 13) as f32 - 6.0)
+            .collect();
+        want.push(values.clone());
+        inner.register_data(TensorId::new(id), TensorData::new(values, shape));
+    }
+    execute(&inner, KeyWriter::new().key(), ops.clone(), &plan);
+    assert_eq!(
+        *target.0.lock().unwrap(),
+        vec![
+            Offered::Horizontal { members: 2 },
+            Offered::Kernel {
+                inputs: 2,
+                scalars: vec![0.25, 0.9]
+            },
+            Offered::Kernel {
+                inputs: 2,
+                scalars: vec![0.25, 0.9]
+            },
+        ]
+    );
+    for (k, out_id) in [14u64, 24].into_iter().enumerate() {
+        let (g, p) = (&want[2 * k], &want[2 * k + 1]);
+        let expected: Vec<f32> = g.iter().zip(p).map(|(g, p)| g * 0.25 + p * 0.9).collect();
+        let shape = if k == 0 { vec![4, 8] } else { vec![8] };
+        let out = t(out_id, &shape, ReadWrite);
+        let got = burn_std::future::block_on(inner.read(&out)).unwrap();
+        got.assert_approx_eq::<f32>(&TensorData::new(expected, shape), Tolerance::default());
+    }
 }

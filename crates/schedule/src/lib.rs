@@ -11,8 +11,9 @@ mod kernel;
 mod memory;
 
 pub use fusers::{
-    AttentionGroup, FusedGroup, Gemm, GemmOperand, MatmulGroup, MatmulKind, Residual, Slot,
-    attention_groups, fused_groups, gemm, matmul_groups, scalar_operand, scale_alpha,
+    AttentionGroup, FusedGroup, Gemm, GemmOperand, HorizontalGroup, MAX_HORIZONTAL_BUFFERS,
+    MatmulGroup, MatmulKind, Residual, Slot, attention_groups, fused_groups, gemm, matmul_groups,
+    scalar_operand, scale_alpha,
 };
 pub use kernel::{BinaryOp, Constant, FusedKernel, Instr, ReduceOp, RowLayout, UnaryOp};
 pub use memory::{MemoryPlan, memory_plan};
@@ -36,6 +37,10 @@ pub enum Step {
     /// Fused group `group` of [`Plan::fused`]: one generated kernel in place of its
     /// operations, then the group's drops and consumed inputs are freed.
     Fused { group: u32 },
+    /// Horizontal group `group` of [`Plan::horizontal`]: its members' kernels (fused groups
+    /// running the same program over independent tensors) as one launch, then each member's
+    /// drops and consumed inputs are freed.
+    Horizontal { group: u32 },
     /// Matmul group `group` of [`Plan::matmul`]: one library matmul with its epilogue in place
     /// of its operations (or the operations themselves where the library cannot take the call).
     Matmul { group: u32 },
@@ -60,6 +65,10 @@ pub struct Plan {
     /// The generated kernels' groups (elementwise runs and row reductions), referred to by
     /// [`Step::Fused`].
     pub fused: Vec<FusedGroup>,
+    /// Fused groups launched together, referred to by [`Step::Horizontal`] (their members
+    /// have no [`Step::Fused`] of their own).
+    #[serde(default)]
+    pub horizontal: Vec<HorizontalGroup>,
     /// The library matmuls, referred to by [`Step::Matmul`].
     #[serde(default)]
     pub matmul: Vec<MatmulGroup>,
@@ -98,6 +107,12 @@ impl Plan {
         self.fused.len()
     }
 
+    /// Number of horizontal kernels, and the fused kernels they launch together.
+    pub fn horizontal_kernels(&self) -> (usize, usize) {
+        let members = self.horizontal.iter().map(|h| h.members.len()).sum();
+        (self.horizontal.len(), members)
+    }
+
     /// Number of operations that run inside generated kernels.
     pub fn fused_ops(&self) -> usize {
         self.fused.iter().map(|g| g.ops.len()).sum()
@@ -121,6 +136,7 @@ impl Plan {
         self.fused
             .iter()
             .map(FusedGroup::summary)
+            .chain(self.horizontal.iter().map(|h| h.summary(&self.fused)))
             .chain(self.matmul.iter().map(MatmulGroup::summary))
             .chain(self.attention.iter().map(AttentionGroup::summary))
             .collect()
@@ -144,6 +160,9 @@ pub struct ScheduleOptions<'a> {
     /// storage buffers per shader, less what the runtime binds itself); a larger group is
     /// split into kernels that fit. `usize::MAX`: no limit.
     pub max_kernel_buffers: usize,
+    /// Launch fused kernels that run the same program over independent tensors (an
+    /// optimizer's per-parameter updates) as one kernel ([`HorizontalGroup`]).
+    pub horizontal: bool,
     /// Run matrix products through a library matmul with fused epilogues, each kept only when
     /// the target accepts it (its dtype). `None`: the inner backend's own matmul.
     pub matmul: Option<&'a dyn Fn(&MatmulGroup) -> bool>,
@@ -217,6 +236,7 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         ops: ops.len() as u32,
         dead: dead.iter().filter(|d| **d).count() as u32,
         fused: claims.fused,
+        horizontal: claims.horizontal,
         matmul: claims.matmul,
         attention: claims.attention,
         memory: MemoryPlan::default(),

@@ -5,7 +5,7 @@
 //! each tensor would be one), and two intermediates whose lifetimes do not overlap share memory.
 //! Only values whose every use the plan can see are planned:
 //!
-//! - written by a [`Step::Fused`] or [`Step::Matmul`] step (outputs the runtime allocates);
+//! - written by a [`Step::Fused`], [`Step::Horizontal`] or [`Step::Matmul`] step (outputs the runtime allocates);
 //! - read only by such steps: an operation of the inner backend may return a view of its input
 //!   (a reshape, a swap), whose uses the plan does not follow, so a value any other step reads
 //!   keeps its own allocation (as does one an alias shares);
@@ -113,28 +113,59 @@ fn inner_op(values: &mut FxHashMap<u64, Candidate>, op: &OperationIr, at: usize)
     }
 }
 
+/// `t` is written by `writer` at step `at`: a candidate, in write order.
+fn write(
+    values: &mut FxHashMap<u64, Candidate>,
+    order: &mut Vec<u64>,
+    t: &TensorIr,
+    writer: Writer,
+    at: usize,
+) {
+    let id = t.id.value();
+    values.insert(
+        id,
+        Candidate {
+            writer,
+            bytes: bytes(t),
+            written: at,
+            freed: None,
+            escapes: false,
+        },
+    );
+    order.push(id);
+}
+
+/// Fused group `group` runs at step `k`: the inputs it consumes and its drops are freed, its
+/// outputs written.
+fn fused_step(
+    ops: &[OperationIr],
+    plan: &Plan,
+    group: usize,
+    k: usize,
+    values: &mut FxHashMap<u64, Candidate>,
+    order: &mut Vec<u64>,
+) {
+    let g: &FusedGroup = &plan.fused[group];
+    for (slot, consumed) in g.inputs.iter().zip(&g.consumed) {
+        if *consumed {
+            free(values, slot_tensor(ops, slot, false), k);
+        }
+    }
+    for d in &g.drops {
+        if let OperationIr::Drop(t) = &ops[*d as usize] {
+            free(values, t, k);
+        }
+    }
+    for (o, slot) in g.outputs.iter().enumerate() {
+        let writer = Writer::Fused { group, output: o };
+        write(values, order, slot_tensor(ops, slot, true), writer, k);
+    }
+}
+
 /// Plans the intermediates of `plan` (built from `ops`).
 pub fn memory_plan(ops: &[OperationIr], plan: &Plan) -> MemoryPlan {
     let mut values: FxHashMap<u64, Candidate> = FxHashMap::default();
     let mut order: Vec<u64> = Vec::new();
-    let write = |values: &mut FxHashMap<u64, Candidate>,
-                 order: &mut Vec<u64>,
-                 t: &TensorIr,
-                 writer: Writer,
-                 at: usize| {
-        let id = t.id.value();
-        values.insert(
-            id,
-            Candidate {
-                writer,
-                bytes: bytes(t),
-                written: at,
-                freed: None,
-                escapes: false,
-            },
-        );
-        order.push(id);
-    };
     for (k, step) in plan.steps.iter().enumerate() {
         match step {
             Step::Eager { op } | Step::Activation { op, .. } => {
@@ -160,29 +191,14 @@ pub fn memory_plan(ops: &[OperationIr], plan: &Plan) -> MemoryPlan {
                 }
             }
             Step::Fused { group } => {
-                let g: &FusedGroup = &plan.fused[*group as usize];
-                for (slot, consumed) in g.inputs.iter().zip(&g.consumed) {
-                    if *consumed {
-                        free(&mut values, slot_tensor(ops, slot, false), k);
-                    }
-                }
-                for d in &g.drops {
-                    if let OperationIr::Drop(t) = &ops[*d as usize] {
-                        free(&mut values, t, k);
-                    }
-                }
-                for (o, slot) in g.outputs.iter().enumerate() {
-                    let writer = Writer::Fused {
-                        group: *group as usize,
-                        output: o,
-                    };
-                    write(
-                        &mut values,
-                        &mut order,
-                        slot_tensor(ops, slot, true),
-                        writer,
-                        k,
-                    );
+                fused_step(ops, plan, *group as usize, k, &mut values, &mut order)
+            }
+            // The members run in one launch: each member's frees and writes at this step (a
+            // slot freed here is not reused by a value written here, so no member writes
+            // memory another reads).
+            Step::Horizontal { group } => {
+                for &m in &plan.horizontal[*group as usize].members {
+                    fused_step(ops, plan, m as usize, k, &mut values, &mut order)
                 }
             }
             Step::Matmul { group } => {

@@ -231,6 +231,7 @@ fn a_target_that_refuses_the_call_keeps_the_parts() {
             common_subexpressions: true,
             fused: Some(pointwise),
             max_kernel_buffers: usize::MAX,
+            horizontal: false,
             matmul: None,
             attention: Some(refuse),
             memory_planning: true,

@@ -270,6 +270,7 @@ fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
             common_subexpressions: true,
             fused: None,
             max_kernel_buffers: usize::MAX,
+            horizontal: false,
             matmul: Some(refuse),
             attention: None,
             memory_planning: true,

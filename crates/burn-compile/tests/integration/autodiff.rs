@@ -65,9 +65,13 @@ fn grad_tolerance() -> Tolerance<f32> {
 
 /// Three Adam steps of a 2-layer transformer: Adam divides by sqrt(v), which amplifies the
 /// ~1e-7 differences above on small gradient entries, and they compound over the steps, so the
-/// training comparison uses relative 1e-4 (absolute 1e-5 for entries near zero).
+/// training comparison uses relative 1e-4, and absolute 5e-5: Adam makes each update about
+/// `lr` (1e-3) whatever the gradient's size, so a gradient entry near zero whose last bits
+/// differ (the C kernels sum in another order than Flex) can move its weight by up to 2·lr the
+/// other way; with every step on C kernels (their plans cached by an earlier test of the
+/// module) the final outputs moved by up to 1.3e-5. A wrong kernel is off by orders more.
 fn training_tolerance() -> Tolerance<f32> {
-    Tolerance::rel_abs(1e-4, 1e-5)
+    Tolerance::rel_abs(1e-4, 5e-5)
 }
 
 fn compare<C: Backend>(

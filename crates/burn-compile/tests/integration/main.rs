@@ -26,6 +26,7 @@ mod disk_cache;
 mod eager_closes_all;
 mod eager_region;
 mod execution;
+mod horizontal;
 mod inner_panic;
 mod loop_settles;
 mod recompile_limit;

@@ -357,6 +357,7 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                 dynamic,
                 ..
             } => self.fused_kernel(kernel, shape, inputs, scalars, dynamic),
+            Work::Horizontal { kernels } => self.horizontal(kernels),
             // The backend's own matmul and attention; a reshape that needs a copy copies in
             // the backend's own kernel.
             Work::Matmul { .. } | Work::Attention { .. } | Work::ReshapeCopy { .. } => Ok(None),
@@ -460,6 +461,97 @@ impl<T: HostTensor> CpuTarget<T> {
         scalars: &[f64],
         dynamic: &[bool],
     ) -> Result<Option<Vec<T>>, String> {
+        let Some(call) = self.prepare(kernel, shape, inputs, scalars, dynamic)? else {
+            return Ok(None);
+        };
+        let threads = rayon::current_num_threads();
+        // SAFETY (each `run`, then `outputs`): the chunks split `0..tasks` exactly, and all of
+        // them ran before the outputs are taken.
+        if call.parallel && threads > 1 {
+            // A few chunks per thread: rows cost alike, but a thread may be late to start.
+            let chunks = (threads * 4).min(call.tasks);
+            (0..chunks).into_par_iter().for_each(|c| unsafe {
+                call.run(c * call.tasks / chunks, (c + 1) * call.tasks / chunks)
+            });
+        } else if call.tasks > 0 {
+            unsafe { call.run(0, call.tasks) };
+        }
+        Ok(Some(unsafe { call.outputs() }))
+    }
+
+    /// Runs the kernels of a horizontal group in one parallel region: every member's tasks
+    /// (split in chunks where the member is large) shared by the pool's threads, so that the
+    /// small kernels of an optimizer step run side by side instead of one after the other on
+    /// the caller's thread. `None` when a member's C function is not built yet (it is built at
+    /// the end of this replay; the caller launches the members one by one meanwhile).
+    fn horizontal(&self, kernels: &[Work<'_, T>]) -> Result<Option<Vec<T>>, String> {
+        let mut calls = Vec::with_capacity(kernels.len());
+        let mut missing = false;
+        for work in kernels {
+            let Work::Kernel {
+                kernel,
+                shape,
+                inputs,
+                scalars,
+                dynamic,
+                ..
+            } = work
+            else {
+                return Err("a horizontal group member that is not a kernel".into());
+            };
+            match self.prepare(kernel, shape, inputs, scalars, dynamic)? {
+                Some(call) => calls.push(call),
+                // Every member is still looked up, so all missing ones build in this replay.
+                None => missing = true,
+            }
+        }
+        if missing {
+            return Ok(None);
+        }
+        let threads = rayon::current_num_threads();
+        let elements: usize = calls.iter().map(|c| c.elements).sum();
+        if threads > 1 && elements >= burn_compile_codegen_c::PARALLEL_ELEMENTS {
+            // (call, begin, end) for every chunk of every member.
+            let mut chunks = Vec::new();
+            for (i, call) in calls.iter().enumerate() {
+                let n = if call.parallel {
+                    (threads * 4).min(call.tasks)
+                } else {
+                    call.tasks.min(1)
+                };
+                chunks.extend((0..n).map(|c| (i, c * call.tasks / n, (c + 1) * call.tasks / n)));
+            }
+            // SAFETY: each member's chunks split its `0..tasks` exactly.
+            chunks
+                .into_par_iter()
+                .for_each(|(i, begin, end)| unsafe { calls[i].run(begin, end) });
+        } else {
+            for call in &calls {
+                if call.tasks > 0 {
+                    // SAFETY: all of the member's tasks.
+                    unsafe { call.run(0, call.tasks) };
+                }
+            }
+        }
+        // SAFETY: every task of every member ran above.
+        Ok(Some(
+            calls
+                .into_iter()
+                .flat_map(|call| unsafe { call.outputs() })
+                .collect(),
+        ))
+    }
+
+    /// A C kernel's call, ready to run: `None` when its function is not built yet (met now:
+    /// built at the end of the replay) or its build failed.
+    fn prepare(
+        &self,
+        kernel: &FusedKernel,
+        shape: &Shape,
+        inputs: &[T],
+        scalars: &[f64],
+        dynamic: &[bool],
+    ) -> Result<Option<Prepared<T>>, String> {
         let dims = shape.as_slice();
         let rank = dims.len();
         let mut strides = Vec::with_capacity(inputs.len());
@@ -548,33 +640,70 @@ impl<T: HostTensor> CpuTarget<T> {
             outputs: outputs.iter_mut().map(Output::pointer).collect(),
             scalars: call_scalars,
         };
-        // SAFETY: the function was generated for this kernel over these shapes and these
-        // inputs' strides (the key), reading each input from its view's first element; the
-        // outputs have room for every element it writes; the ranges split `0..tasks`.
-        let run = |begin: usize, end: usize| unsafe { call.run(&built, begin, end) };
         let (tasks, parallel) = if built.symbolic {
             symbolic_tasks(kernel, dims)
         } else {
             (built.tasks, built.parallel)
         };
-        let threads = rayon::current_num_threads();
-        if parallel && threads > 1 {
-            // A few chunks per thread: rows cost alike, but a thread may be late to start.
-            let chunks = (threads * 4).min(tasks);
-            (0..chunks)
-                .into_par_iter()
-                .for_each(|c| run(c * tasks / chunks, (c + 1) * tasks / chunks));
-        } else if tasks > 0 {
-            run(0, tasks);
-        }
+        Ok(Some(Prepared {
+            built,
+            call,
+            outputs,
+            out_shapes,
+            dtype: kernel.dtype,
+            tasks,
+            parallel,
+            elements: shape.num_elements(),
+            tensors: std::marker::PhantomData,
+        }))
+    }
+}
+
+/// A C kernel's call with its outputs allocated, not run yet.
+struct Prepared<T> {
+    built: Arc<Built>,
+    call: Call,
+    outputs: Vec<Output>,
+    out_shapes: Vec<Shape>,
+    dtype: DType,
+    tasks: usize,
+    parallel: bool,
+    elements: usize,
+    tensors: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: HostTensor> Prepared<T> {
+    /// Runs tasks `begin..end`.
+    ///
+    /// # Safety
+    /// `begin..end` lies within `0..tasks`.
+    unsafe fn run(&self, begin: usize, end: usize) {
+        // SAFETY: the function was generated for this kernel over these shapes and these
+        // inputs' strides (the key), reading each input from its view's first element; the
+        // outputs have room for every element it writes; the range is within `0..tasks`
+        // (this function's contract).
+        unsafe { self.call.run(&self.built, begin, end) }
+    }
+
+    /// The outputs.
+    ///
+    /// # Safety
+    /// Every task of `0..tasks` ran.
+    unsafe fn outputs(self) -> Vec<T> {
+        let Prepared {
+            call,
+            outputs,
+            out_shapes,
+            dtype,
+            ..
+        } = self;
         drop(call);
-        Ok(Some(
-            outputs
-                .into_iter()
-                .zip(out_shapes)
-                // SAFETY: the kernel's tasks wrote every element of every output.
-                .map(|(o, s)| unsafe { o.into_tensor(s, kernel.dtype) })
-                .collect(),
-        ))
+        outputs
+            .into_iter()
+            .zip(out_shapes)
+            // SAFETY: the kernel's tasks wrote every element of every output (this function's
+            // contract: they all ran).
+            .map(|(o, s)| unsafe { o.into_tensor(s, dtype) })
+            .collect()
     }
 }

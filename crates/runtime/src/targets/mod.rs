@@ -58,6 +58,11 @@ pub enum Work<'a, T> {
         vectorize: bool,
         dynamic: &'a [bool],
     },
+    /// The kernels of a horizontal group as one launch: `kernels` are its members'
+    /// [`Work::Kernel`]s (never symbolic), independent of each other. The outputs are every
+    /// member's, in member order. `Ok(None)`: not taken (no horizontal kernel on this target,
+    /// or a member's kernel not built yet); the caller launches the members one by one.
+    Horizontal { kernels: &'a [Work<'a, T>] },
     /// A library matmul over `inputs` (the operation's, in its order) and its `epilogue`, into
     /// a contiguous tensor of `out_shape` (in the slot buffer `into` when given).
     Matmul {
@@ -325,7 +330,7 @@ mod cube {
     use super::{KernelTarget, Lowering, Work};
     use burn_backend::ops::AttentionModuleOptions;
     use burn_backend::{DType, ElementConversion};
-    use burn_compile_codegen::{LaunchLayout, launch_pointwise, widest_aligned};
+    use burn_compile_codegen::{LaunchLayout, launch_horizontal, launch_pointwise, widest_aligned};
     use burn_compile_schedule::{AttentionGroup, FusedKernel, Instr};
     use burn_cubecl::CubeRuntime;
     use burn_cubecl::cubecl::ScalarArgType;
@@ -689,6 +694,22 @@ mod cube {
         };
     }
 
+    /// Launches the `members` of a horizontal kernel with element type `E`.
+    ///
+    /// # Safety
+    /// As `launch_horizontal`: each member's layout was made from its own buffers.
+    unsafe fn horizontal<R: CubeRuntime, E: Float + ScalarArgType + ElementConversion>(
+        client: &ComputeClient<R>,
+        members: &[(&FusedKernel, &LaunchLayout)],
+        inputs: Vec<(Handle, usize)>,
+        scalars: &[f64],
+        outputs: Vec<(Handle, usize)>,
+    ) {
+        let scalars = scalars.iter().map(|s| E::from_elem(*s)).collect();
+        // SAFETY: this function's contract.
+        unsafe { launch_horizontal::<R, E>(client, members, inputs, scalars, outputs) };
+    }
+
     impl<R: CubeRuntime> CubeTarget<R> {
         pub(super) fn accepts(&self, kernel: &FusedKernel) -> bool {
             self.dtypes.contains(&kernel.dtype)
@@ -777,6 +798,122 @@ mod cube {
             });
             launched
                 .map(|_| Some(outputs))
+                .map_err(|payload| crate::panic_message(&*payload))
+        }
+
+        /// The members of a horizontal group as one kernel (`launch_horizontal`): each
+        /// member's layout as `launch_any` makes it, at the widest vector every member's
+        /// buffers allow.
+        pub(super) fn horizontal(
+            &self,
+            kernels: &[Work<'_, CubeTensor<R>>],
+        ) -> Result<Option<Vec<CubeTensor<R>>>, String> {
+            let mut members = Vec::with_capacity(kernels.len());
+            for work in kernels {
+                let Work::Kernel {
+                    kernel,
+                    shape,
+                    inputs,
+                    scalars,
+                    into,
+                    vectorize,
+                    dynamic,
+                } = work
+                else {
+                    return Err("a horizontal group member that is not a kernel".into());
+                };
+                if kernel.row.is_some() || dynamic.iter().any(|d| *d) || !self.accepts(kernel) {
+                    return Ok(None);
+                }
+                members.push((*kernel, *shape, *inputs, *scalars, *into, *vectorize));
+            }
+            let Some(&(first, ..)) = members.first() else {
+                return Ok(Some(Vec::new()));
+            };
+            let dtype = first.dtype;
+            if members.iter().any(|m| m.0.dtype != dtype) {
+                return Ok(None);
+            }
+            let elem = dtype.size() as u64;
+            let step = "kernel (horizontal)";
+            let outputs: Vec<Vec<CubeTensor<R>>> = crate::profile::part(step, "outputs", || {
+                members
+                    .iter()
+                    .map(|(kernel, shape, _, _, into, _)| self.outputs(kernel, shape, into))
+                    .collect()
+            });
+            // The widest vector every member allows.
+            let widest = self
+                .client
+                .io_optimized_vector_sizes(elem as usize)
+                .max()
+                .unwrap_or(1);
+            let mut layouts: Vec<LaunchLayout> = Vec::with_capacity(members.len());
+            let mut vector = widest;
+            for ((kernel, shape, inputs, _, _, vectorize), outs) in members.iter().zip(&outputs) {
+                let strides: Vec<&[usize]> = inputs.iter().map(|t| &t.meta.strides()[..]).collect();
+                let layout = LaunchLayout::new(kernel, shape.as_slice(), &strides);
+                let own = if *vectorize {
+                    let offsets = inputs.iter().chain(outs).map(|t| {
+                        let bytes = t.handle.offset_start.unwrap_or(0);
+                        if bytes.is_multiple_of(elem) {
+                            (bytes / elem) as usize
+                        } else {
+                            1
+                        }
+                    });
+                    layout
+                        .clone()
+                        .vectorize(kernel, widest_aligned(widest, offsets))
+                        .vector
+                } else {
+                    1
+                };
+                vector = vector.min(own);
+                layouts.push(layout);
+            }
+            let layouts: Vec<LaunchLayout> = members
+                .iter()
+                .zip(layouts)
+                .map(|(m, l)| l.vectorize(m.0, vector))
+                .collect();
+            let buffer = |t: &CubeTensor<R>| -> (Handle, usize) {
+                (t.handle.clone(), (t.handle.size_in_used() / elem) as usize)
+            };
+            let ins: Vec<_> = members
+                .iter()
+                .flat_map(|m| m.2.iter())
+                .map(buffer)
+                .collect();
+            let outs: Vec<_> = outputs.iter().flatten().map(buffer).collect();
+            let scalars: Vec<f64> = members.iter().flat_map(|m| m.3.iter().copied()).collect();
+            let specs: Vec<(&FusedKernel, &LaunchLayout)> =
+                members.iter().map(|m| m.0).zip(&layouts).collect();
+            let client = &self.client;
+            // CubeCL compiles a kernel at its first launch and panics when the compiler
+            // refuses it: a failed compile, reported to the caller (which launches the
+            // members one by one).
+            let launched = crate::profile::part(step, "launch", || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    // SAFETY: as `launch` (each member's layout built from its own tensors
+                    // and aligned to the one vector width).
+                    unsafe {
+                        match dtype {
+                            DType::F32 => horizontal::<R, f32>(client, &specs, ins, &scalars, outs),
+                            DType::F16 => {
+                                horizontal::<R, half::f16>(client, &specs, ins, &scalars, outs)
+                            }
+                            DType::BF16 => {
+                                horizontal::<R, half::bf16>(client, &specs, ins, &scalars, outs)
+                            }
+                            DType::F64 => horizontal::<R, f64>(client, &specs, ins, &scalars, outs),
+                            other => panic!("the plan only keeps accepted kernels, not {other:?}"),
+                        }
+                    }
+                }))
+            });
+            launched
+                .map(|_| Some(outputs.into_iter().flatten().collect()))
                 .map_err(|payload| crate::panic_message(&*payload))
         }
 
@@ -933,6 +1070,7 @@ mod cube {
                 Work::ReshapeCopy { input, shape } => {
                     Ok(self.reshape_copy(input, shape).map(|out| vec![out]))
                 }
+                Work::Horizontal { kernels } => self.horizontal(kernels),
                 Work::Matmul { .. } => Ok(None),
             }
         }

@@ -4,10 +4,12 @@
 //! code generation, and its lowering in the runtime.
 
 mod attention;
+mod horizontal;
 mod kernel;
 mod matmul;
 
 pub use attention::{AttentionGroup, attention_groups};
+pub use horizontal::{HorizontalGroup, MAX_HORIZONTAL_BUFFERS};
 pub use kernel::{FusedGroup, Slot, fused_groups, scalar_operand};
 pub use matmul::{
     Gemm, GemmOperand, MatmulGroup, MatmulKind, Residual, gemm, matmul_groups, scale_alpha,
@@ -28,6 +30,7 @@ pub(crate) struct Claims {
     pub attention: Vec<AttentionGroup>,
     pub matmul: Vec<MatmulGroup>,
     pub fused: Vec<FusedGroup>,
+    pub horizontal: Vec<HorizontalGroup>,
 }
 
 impl Claims {
@@ -40,6 +43,7 @@ impl Claims {
             attention: Vec::new(),
             matmul: Vec::new(),
             fused: Vec::new(),
+            horizontal: Vec::new(),
         }
     }
 }
@@ -54,9 +58,10 @@ pub(crate) trait Fuser: Sync {
 
 /// The fusers, in the order they are tried: attention first (its products and softmax are not
 /// the other kinds'), library matmuls next (the operations of an epilogue are not a generated
-/// kernel's), generated kernels last.
+/// kernel's), generated kernels next, and last the horizontal groups of generated kernels.
 pub(crate) static FUSERS: &[&dyn Fuser] = &[
     &attention::AttentionFuser,
     &matmul::MatmulFuser,
     &kernel::KernelFuser,
+    &horizontal::HorizontalFuser,
 ];

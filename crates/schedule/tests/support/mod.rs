@@ -143,15 +143,27 @@ fn every<T>(_: &T) -> bool {
 }
 
 /// The graph's plan with every pass and generated kernel on, library matmuls and attention as
-/// asked (the target accepting every call).
+/// asked (the target accepting every call), no horizontal fusion.
 pub fn plan(ops: &[OperationIr], matmul: bool, attention: bool) -> Plan {
+    plan_with(ops, matmul, attention, false, usize::MAX)
+}
+
+/// [`plan`] with horizontal fusion as asked, within `max_kernel_buffers` per kernel.
+pub fn plan_with(
+    ops: &[OperationIr],
+    matmul: bool,
+    attention: bool,
+    horizontal: bool,
+    max_kernel_buffers: usize,
+) -> Plan {
     schedule(
         ops,
         ScheduleOptions {
             dead_code_elimination: true,
             common_subexpressions: true,
             fused: Some(&every::<FusedKernel>),
-            max_kernel_buffers: usize::MAX,
+            max_kernel_buffers,
+            horizontal,
             matmul: matmul.then_some(&every::<MatmulGroup>),
             attention: attention.then_some(&every::<AttentionGroup>),
             memory_planning: true,

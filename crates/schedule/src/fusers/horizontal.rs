@@ -1,0 +1,264 @@
+//! Horizontal fusion ([`HorizontalFuser`]): generated kernels that run the same program over
+//! tensors that do not depend on each other become one launch.
+//!
+//! An optimizer step over N parameters is N chains of the same operations (Adam: the two
+//! moments, their bias corrections, the update), each its own pointwise kernel after the
+//! kernel fuser: N launches that each read a few small tensors. Grouped, one launch updates
+//! every parameter: its units are split among the members, each member's part runs the shared
+//! program over that member's own tensors and scalars. The members keep their own groups (and
+//! kernels) in [`crate::Plan::fused`]: a target that cannot take the whole group, or a member
+//! whose kernel is not ready, runs them one by one, with the same result.
+//!
+//! A group runs at the place of its last member: the earlier members move later in program
+//! order. A member may move past an operation only when that operation neither reads what the
+//! member writes nor frees (consumes, drops) what the member reads; everything between a
+//! member's own place and the group's place is checked against that, at the places where the
+//! steps of the plan really run. Members are the pointwise kernels of a specialized plan with
+//! no hoisted views (a row kernel's units share rows; a symbolic plan's sizes are runtime
+//! values).
+
+use super::{Claims, Fuser};
+use crate::kernel::FusedKernel;
+use crate::{ScheduleOptions, Step};
+use burn_ir::{OperationIr, TensorStatus};
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+/// Buffers one horizontal kernel binds at most (inputs and outputs of all its members), on
+/// every target: CUDA passes each buffer as a kernel parameter (its parameter space is 4 KiB),
+/// and a longer member list makes a longer kernel to compile for little gain.
+pub const MAX_HORIZONTAL_BUFFERS: usize = 256;
+
+/// Fused groups launched as one kernel: the same program, over independent tensors.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HorizontalGroup {
+    /// The members: groups of [`crate::Plan::fused`], in program order.
+    pub members: Vec<u32>,
+}
+
+impl HorizontalGroup {
+    /// One line for `explain`.
+    pub fn summary(&self, fused: &[crate::FusedGroup]) -> String {
+        let first = &fused[self.members[0] as usize];
+        let elements: usize = self
+            .members
+            .iter()
+            .map(|m| fused[*m as usize].shape.num_elements())
+            .sum();
+        format!(
+            "horizontal kernel of {} pointwise kernels (groups {:?}) {:?}, {} instructions each, \
+             {elements} elements",
+            self.members.len(),
+            self.members,
+            first.kernel.dtype,
+            first.kernel.program.len(),
+        )
+    }
+}
+
+/// What makes two kernels one program for horizontal fusion: everything but the iteration
+/// space (members may differ in rank and broadcasts; each member's part walks its own shape).
+#[derive(PartialEq, Eq, Hash)]
+struct ProgramKey {
+    dtype: burn_backend::DType,
+    inputs: usize,
+    outputs: u16,
+    scalars: u16,
+    program: Vec<crate::Instr>,
+}
+
+impl ProgramKey {
+    fn of(kernel: &FusedKernel) -> Self {
+        Self {
+            dtype: kernel.dtype,
+            inputs: kernel.inputs.len(),
+            outputs: kernel.outputs,
+            scalars: kernel.scalars,
+            program: kernel.program.clone(),
+        }
+    }
+}
+
+/// What a member of an open group does with a tensor.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Reads,
+    Writes,
+}
+
+/// A horizontal group being built.
+struct Open {
+    members: Vec<usize>,
+    /// Where the group runs so far: its last member's place.
+    at: usize,
+    buffers: usize,
+    /// The tensors its members read and write, by id (a member writes what no other reads).
+    tensors: FxHashMap<u64, (usize, Use)>,
+}
+
+/// The groups of the horizontal fuser.
+pub(crate) struct HorizontalFuser;
+
+impl Fuser for HorizontalFuser {
+    fn fuse(&self, ops: &[OperationIr], options: &ScheduleOptions<'_>, claims: &mut Claims) {
+        if !options.horizontal || options.fused.is_none() {
+            return;
+        }
+        let place = step_places(ops, claims);
+        // Operations by the place their step runs at.
+        let mut at_place: Vec<Vec<u32>> = vec![Vec::new(); ops.len()];
+        for (op, p) in place.iter().enumerate() {
+            at_place[*p].push(op as u32);
+        }
+        let member_of = {
+            let mut member_of = vec![None; ops.len()];
+            for (g, group) in claims.fused.iter().enumerate() {
+                for &op in group.ops.iter().chain(&group.drops) {
+                    member_of[op as usize] = Some(g);
+                }
+            }
+            member_of
+        };
+        let limit = options.max_kernel_buffers.min(MAX_HORIZONTAL_BUFFERS);
+        let mut candidates: Vec<usize> = (0..claims.fused.len())
+            .filter(|&g| {
+                let group = &claims.fused[g];
+                group.kernel.row.is_none()
+                    && !group.symbolic()
+                    && group.hoisted.is_empty()
+                    && group.inputs.len() + group.outputs.len() <= limit / 2
+            })
+            .collect();
+        candidates.sort_by_key(|&g| claims.fused[g].ops[0]);
+
+        let mut open: FxHashMap<ProgramKey, Open> = FxHashMap::default();
+        let mut done: Vec<Vec<usize>> = Vec::new();
+        for g in candidates {
+            let group = &claims.fused[g];
+            let at = group.ops[0] as usize;
+            let key = ProgramKey::of(&group.kernel);
+            let buffers = group.inputs.len() + group.outputs.len();
+            if let Some(current) = open.get_mut(&key) {
+                let fits = current.buffers + buffers <= limit;
+                if fits && movable(ops, &at_place, &member_of, current, at) {
+                    current.members.push(g);
+                    current.at = at;
+                    current.buffers += buffers;
+                    add_tensors(ops, group, g, &mut current.tensors);
+                    continue;
+                }
+                let closed = open.remove(&key).expect("found above");
+                done.push(closed.members);
+            }
+            let mut tensors = FxHashMap::default();
+            add_tensors(ops, group, g, &mut tensors);
+            open.insert(
+                key,
+                Open {
+                    members: vec![g],
+                    at,
+                    buffers,
+                    tensors,
+                },
+            );
+        }
+        done.extend(open.into_values().map(|o| o.members));
+        done.retain(|members| members.len() > 1);
+        done.sort_by_key(|members| claims.fused[*members.last().expect("members")].ops[0]);
+
+        for members in done {
+            let at = claims.horizontal.len() as u32;
+            for &m in &members {
+                let place = claims.fused[m].ops[0] as usize;
+                claims.steps_at[place]
+                    .retain(|s| !matches!(s, Step::Fused { group } if *group as usize == m));
+            }
+            let last = claims.fused[*members.last().expect("members")].ops[0] as usize;
+            claims.steps_at[last].push(Step::Horizontal { group: at });
+            claims.horizontal.push(HorizontalGroup {
+                members: members.into_iter().map(|m| m as u32).collect(),
+            });
+        }
+    }
+}
+
+/// The tensors group `g` reads and writes.
+fn add_tensors(
+    ops: &[OperationIr],
+    group: &crate::FusedGroup,
+    g: usize,
+    tensors: &mut FxHashMap<u64, (usize, Use)>,
+) {
+    for slot in &group.inputs {
+        if let Some(t) = ops[slot.op as usize].inputs().nth(slot.pos as usize) {
+            tensors.entry(t.id.value()).or_insert((g, Use::Reads));
+        }
+    }
+    for slot in &group.outputs {
+        if let Some(t) = ops[slot.op as usize].outputs().nth(slot.pos as usize) {
+            tensors.insert(t.id.value(), (g, Use::Writes));
+        }
+    }
+}
+
+/// Whether the members of `open` may run at `to` instead of `open.at`: no step that runs in
+/// between (at places `open.at + 1 ..= to`, the new member's own operations included) reads
+/// what a member writes or frees what a member reads. Operations of the members themselves run
+/// with them.
+fn movable(
+    ops: &[OperationIr],
+    at_place: &[Vec<u32>],
+    member_of: &[Option<usize>],
+    open: &Open,
+    to: usize,
+) -> bool {
+    for ops_here in &at_place[open.at + 1..=to] {
+        for &op in ops_here {
+            if member_of[op as usize].is_some_and(|g| open.members.contains(&g)) {
+                continue;
+            }
+            let op = &ops[op as usize];
+            let frees_all = matches!(op, OperationIr::Drop(_));
+            for t in op.inputs() {
+                match open.tensors.get(&t.id.value()) {
+                    Some((_, Use::Writes)) => return false,
+                    Some((_, Use::Reads)) if frees_all || t.status == TensorStatus::ReadWrite => {
+                        return false;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    true
+}
+
+/// The place (position in program order) where each operation runs in the plan: a claimed
+/// operation at its group's step, any other at its own position.
+fn step_places(ops: &[OperationIr], claims: &Claims) -> Vec<usize> {
+    let mut place: Vec<usize> = (0..ops.len()).collect();
+    for (p, steps) in claims.steps_at.iter().enumerate() {
+        for step in steps {
+            let ran: Vec<u32> = match step {
+                Step::Fused { group } => {
+                    let g = &claims.fused[*group as usize];
+                    g.ops
+                        .iter()
+                        .chain(&g.drops)
+                        .chain(&g.hoisted)
+                        .copied()
+                        .collect()
+                }
+                Step::Matmul { group } => claims.matmul[*group as usize].ops().collect(),
+                Step::Attention { group } => claims.attention[*group as usize].ops().collect(),
+                Step::Eager { op } | Step::Activation { op, .. } => vec![*op],
+                Step::Release { op, .. } | Step::Alias { op, .. } => vec![*op],
+                Step::Horizontal { .. } => Vec::new(),
+            };
+            for op in ran {
+                place[op as usize] = p;
+            }
+        }
+    }
+    place
+}
