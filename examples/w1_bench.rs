@@ -23,7 +23,8 @@
 //! `burn-eager`), `--infer-only` (skip the training step: e.g. under a kernel profiler).
 //! With `BURN_COMPILE_PROFILE_REPLAY=1` the compiled system also prints its host time per replayed
 //! step kind (add `BURN_COMPILE_DEVICE_THREAD=1` to include the runtime's own work per step).
-//! `BENCH_GPU` and `BENCH_DATE` fill the `gpu` and `date` fields; `BENCH_MODE` labels the compiled
+//! With `BURN_COMPILE_DIAGNOSTICS=1` the compiled system also prints the explain report of one
+//! training step (its kernels, one line each). `BENCH_GPU` and `BENCH_DATE` fill the `gpu` and `date` fields; `BENCH_MODE` labels the compiled
 //! system's variant (e.g. `inner-matmul` with `BURN_COMPILE_LIBRARY_MATMUL=0`).
 //!
 //! Timing (as the reference programs in shared/bench): the first call is timed alone, synced
@@ -312,6 +313,32 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
     });
     print_replay_profile(system, dtype, "train", s.iters);
     if system == "burn-compile" {
+        // What one more training step launches (after the timed ones: its plans are cached).
+        let (_, report) = burn_compile::explain(|| {
+            let (next, loss) =
+                burn_compile_examples::train_step(model.take().expect("model"), &mut optim, &xa);
+            model = Some(next);
+            loss.into_data()
+        });
+        if std::env::var_os("BURN_COMPILE_DIAGNOSTICS").is_some() {
+            eprintln!("{report}");
+        }
+        let horizontal = report
+            .graphs
+            .iter()
+            .map(|g| g.horizontal_kernels)
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        eprintln!(
+            "{system} {dtype} train plan: {} launches in {} graph(s) ({} generated kernels, {} of \
+             them in {} horizontal kernels; {} library matmuls, {} attention kernels)",
+            report.launches_per_graph.iter().sum::<usize>(),
+            report.graph_count,
+            report.fused_kernels,
+            horizontal.1,
+            horizontal.0,
+            report.library_matmuls,
+            report.attention_kernels,
+        );
         let m = burn_compile::metrics();
         eprintln!(
             "{system} {dtype}: CUDA graphs recorded {}, replays that launched one {},              replays launch by launch where one was wanted {}",

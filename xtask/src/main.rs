@@ -91,6 +91,8 @@ fn main() -> ExitCode {
                 && example("w1_bench", &["--cpu"])
                 // A Learner training run, compiled against eager, per epoch.
                 && example("train_digits", &[])
+                // A GPT trained on text, compiled against eager, per step.
+                && example("train_gpt", &[])
         }
         _ => {
             eprintln!("usage: cargo xtask <test|bench>");
