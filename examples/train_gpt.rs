@@ -30,17 +30,12 @@ use burn::data::dataloader::{DataLoaderBuilder, batcher::Batcher};
 use burn::data::dataset::Dataset;
 use burn::grad_clipping::GradientClippingConfig;
 use burn::module::{AutodiffModule, Module};
-use burn::nn::attention::generate_autoregressive_mask;
-use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::transformer::{
-    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
-};
-use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::record::CompactRecorder;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, ElementConversion, Int, Tensor, TensorData};
 use burn_compile::Compiled;
+use burn_compile_examples::gpt::{Gpt, GptConfig};
 use burn_compile_examples::{CollectWeights, load_weights};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -56,11 +51,15 @@ mod target {
     pub const NAME: &str = "Flex";
     pub const STEPS: usize = 200;
     /// A small GPT for a few CPU cores.
-    pub const GPT: super::GptConfig = super::GptConfig {
-        context: 64,
-        d_model: 128,
-        heads: 4,
-        layers: 2,
+    pub const RUN: super::RunConfig = super::RunConfig {
+        gpt: super::GptConfig {
+            vocab: super::VOCAB,
+            context: 64,
+            d_model: 128,
+            heads: 4,
+            layers: 2,
+            tied: false,
+        },
         batch: 16,
     };
 }
@@ -70,12 +69,13 @@ mod target {
     pub type Inner = burn_cuda::Cuda<f32, i32>;
     pub const NAME: &str = "Cuda";
     pub const STEPS: usize = 50;
-    /// GPT-2 small.
-    pub const GPT: super::GptConfig = super::GptConfig {
-        context: 1024,
-        d_model: 768,
-        heads: 12,
-        layers: 12,
+    /// GPT-2 small's blocks, on bytes (untied head).
+    pub const RUN: super::RunConfig = super::RunConfig {
+        gpt: super::GptConfig {
+            vocab: super::VOCAB,
+            tied: false,
+            ..super::GptConfig::GPT2_SMALL
+        },
         batch: 8,
     };
 }
@@ -93,64 +93,11 @@ const COMPARED: usize = 5;
 const PEAK_LR: f64 = 3e-3;
 const SHUFFLE_SEED: u64 = 17;
 
+/// The model and the batch of a run.
 #[derive(Clone, Copy, Debug)]
-pub struct GptConfig {
-    context: usize,
-    d_model: usize,
-    heads: usize,
-    layers: usize,
+pub struct RunConfig {
+    gpt: GptConfig,
     batch: usize,
-}
-
-#[derive(Module, Debug)]
-struct Gpt<B: Backend> {
-    tokens: Embedding<B>,
-    positions: Embedding<B>,
-    blocks: TransformerEncoder<B>,
-    norm: LayerNorm<B>,
-    head: Linear<B>,
-}
-
-impl<B: Backend> Gpt<B> {
-    fn new(c: &GptConfig, device: &B::Device) -> Self {
-        Self {
-            tokens: EmbeddingConfig::new(VOCAB, c.d_model).init(device),
-            positions: EmbeddingConfig::new(c.context, c.d_model).init(device),
-            blocks: TransformerEncoderConfig::new(c.d_model, 4 * c.d_model, c.heads, c.layers)
-                .with_norm_first(true)
-                .with_dropout(0.0)
-                .init(device),
-            norm: LayerNormConfig::new(c.d_model).init(device),
-            head: LinearConfig::new(c.d_model, VOCAB).init(device),
-        }
-    }
-
-    /// Next-byte logits `[batch, seq, 256]` of `tokens` `[batch, seq]`.
-    fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        let [batch, seq] = tokens.dims();
-        let device = tokens.device();
-        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
-            .unsqueeze::<2>()
-            .expand([batch, seq]);
-        let x = self.tokens.forward(tokens) + self.positions.forward(positions);
-        let mask = generate_autoregressive_mask::<B>(batch, seq, &device);
-        let x = self
-            .blocks
-            .forward(TransformerEncoderInput::new(x).mask_attn(mask));
-        self.head.forward(self.norm.forward(x))
-    }
-
-    /// Mean cross-entropy of the next byte over the batch.
-    fn loss(&self, batch: &TextBatch<B>) -> Tensor<B, 1> {
-        let logits = self.forward(batch.inputs.clone());
-        let [b, s, v] = logits.dims();
-        CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(
-                logits.reshape([b * s, v]),
-                batch.targets.clone().reshape([b * s]),
-            )
-    }
 }
 
 /// This repository's Rust sources under `crates/`, in path order, concatenated.
@@ -250,7 +197,10 @@ fn evaluate<B: Backend>(model: &Gpt<B>, valid: &Windows, batch: usize, device: &
         if items.len() < batch {
             break;
         }
-        total += scalar(model.loss(&TextBatcher.batch(items, device)));
+        total += scalar({
+            let batch: TextBatch<B> = TextBatcher.batch(items, device);
+            model.loss(batch.inputs, batch.targets)
+        });
         count += 1;
     }
     total / count.max(1) as f64
@@ -320,14 +270,14 @@ struct Run {
 struct Data {
     train: Arc<Vec<u8>>,
     valid: Windows,
-    config: GptConfig,
+    config: RunConfig,
     steps: usize,
 }
 
 fn train<B: AutodiffBackend>(name: &str, weights: &[TensorData], data: &Data) -> Run {
     let device = B::Device::default();
     let c = &data.config;
-    let mut model = load_weights(Gpt::<B>::new(c, &device), weights, &device);
+    let mut model = load_weights(Gpt::<B>::new(&c.gpt, &device), weights, &device);
     let valid_before = evaluate(&model.valid(), &data.valid, c.batch, &device);
     let mut optim = AdamWConfig::new()
         .with_weight_decay(0.1)
@@ -339,7 +289,7 @@ fn train<B: AutodiffBackend>(name: &str, weights: &[TensorData], data: &Data) ->
         .set_device(device.clone())
         .build(Windows {
             text: data.train.clone(),
-            context: c.context,
+            context: c.gpt.context,
         });
     let slug: String = name
         .chars()
@@ -378,7 +328,7 @@ fn train<B: AutodiffBackend>(name: &str, weights: &[TensorData], data: &Data) ->
                 batches.next().expect("a batch")
             }
         };
-        let loss = model.loss(&batch);
+        let loss = model.loss(batch.inputs, batch.targets);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(learning_rate(step, data.steps), model, grads);
         if step < COMPARED || (step + 1) % LOG_EVERY == 0 || step + 1 == data.steps {
@@ -429,11 +379,11 @@ fn train<B: AutodiffBackend>(name: &str, weights: &[TensorData], data: &Data) ->
 
     // The last checkpoint, loaded into a fresh model, evaluates as the trained model did.
     let path = checkpoint.expect("at least one checkpoint");
-    let reloaded_model = Gpt::<B::InnerBackend>::new(c, &device)
+    let reloaded_model = Gpt::<B::InnerBackend>::new(&c.gpt, &device)
         .load_file(&path, &recorder, &device)
         .expect("the checkpoint loads");
     let reloaded = evaluate(&reloaded_model, &data.valid, c.batch, &device);
-    let prompt = &data.valid.text[..c.context];
+    let prompt = &data.valid.text[..c.gpt.context];
     let sample = sample(&reloaded_model, prompt, 160, &device);
     Run {
         first_losses,
@@ -491,20 +441,20 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let config = target::GPT;
+    let config = target::RUN;
     let split = text.len() * 9 / 10;
     let data = Data {
         train: Arc::new(text[..split].to_vec()),
         valid: Windows {
             text: Arc::new(text[split..].to_vec()),
-            context: config.context,
+            context: config.gpt.context,
         },
         config,
         steps,
     };
     let windows = Windows {
         text: data.train.clone(),
-        context: config.context,
+        context: config.gpt.context,
     }
     .len();
     println!(
@@ -513,15 +463,15 @@ fn main() -> ExitCode {
          steps of AdamW, peak learning rate {PEAK_LR}",
         text.len(),
         windows,
-        config.context,
+        config.gpt.context,
         data.valid.text.len(),
-        config.layers,
-        config.d_model,
-        config.heads,
-        config.context,
+        config.gpt.layers,
+        config.gpt.d_model,
+        config.gpt.heads,
+        config.gpt.context,
         config.batch,
     );
-    let weights = initial_weights::<Inner>(&config);
+    let weights = initial_weights::<Inner>(&config.gpt);
     let compiled_name = format!("Compiled<{}>", target::NAME);
     let compiled = train::<Ad<Compiled<Inner>>>(&compiled_name, &weights, &data);
     let eager = train::<Ad<Inner>>(target::NAME, &weights, &data);
@@ -541,7 +491,7 @@ fn main() -> ExitCode {
         );
         failed |= !ok;
     }
-    let tokens = (config.batch * config.context) as f64;
+    let tokens = (config.batch * config.gpt.context) as f64;
     println!(
         "\n{:<22} {:>10} {:>12} {:>12} {:>10} {:>10} {:>10}",
         "", "ms/step", "tokens/s", "first step", "loss", "valid", "reloaded"

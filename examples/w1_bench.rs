@@ -44,7 +44,6 @@ use burn::tensor::{Tensor, TensorData};
 use burn_compile_examples::{CollectWeights, encoder_config, forward, input_data, model_with};
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Instant;
 
 type Ad<B> = burn::backend::Autodiff<B>;
 
@@ -197,50 +196,6 @@ struct Setup {
     infer_only: bool,
 }
 
-/// Times `call` as described in the module docs: (first call in s, steady mean in ms, issue
-/// time in ms per iteration: until the last iteration is issued, before the final sync).
-fn time<B: Backend, T>(
-    device: &B::Device,
-    iters: usize,
-    warmup: usize,
-    mut call: impl FnMut() -> T,
-) -> (f64, f64, f64) {
-    let mark = || {
-        burn_compile::mark_step();
-        B::sync(device).expect("sync");
-    };
-    let start = Instant::now();
-    let first = call();
-    mark();
-    let first_s = start.elapsed().as_secs_f64();
-    drop(first);
-    // Warm-up results are kept until the sync: a result dropped unused is dead code to the
-    // compiled system, whose warm-up would then run nothing.
-    let mut warm = Vec::with_capacity(warmup);
-    for _ in 0..warmup {
-        warm.push(call());
-        burn_compile::mark_step();
-    }
-    B::sync(device).expect("sync");
-    drop(warm);
-    // The replay profile (when on) covers the timed calls only.
-    let _ = burn_compile::take_replay_profile();
-    let mut outs = Vec::with_capacity(iters);
-    let start = Instant::now();
-    for _ in 0..iters {
-        outs.push(call());
-        // A step boundary: on the compiled system each iteration is the same cached graph.
-        burn_compile::mark_step();
-    }
-    let issued = start.elapsed().as_secs_f64() * 1e3 / iters as f64;
-    B::sync(device).expect("sync");
-    (
-        first_s,
-        start.elapsed().as_secs_f64() * 1e3 / iters as f64,
-        issued,
-    )
-}
-
 /// With `BURN_COMPILE_PROFILE_REPLAY=1`: host time per replayed step kind, per call.
 fn print_replay_profile(system: &str, dtype: &str, phase: &str, calls: usize) {
     let profile = burn_compile::take_replay_profile();
@@ -286,7 +241,10 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
             report.attention_kernels,
         );
     }
-    let (first, ms, issue_ms) = time::<B, _>(&device, s.iters, s.warmup, || forward(&model, &x));
+    let (first, ms, issue_ms) =
+        burn_compile_examples::time_calls::<B, _>(&device, s.iters, s.warmup, || {
+            forward(&model, &x)
+        });
     print_replay_profile(system, dtype, "infer", s.iters);
     let infer = Figure {
         workload: s.workload,
@@ -305,12 +263,13 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
     let xa = Tensor::<Ad<B>, 3>::from_data(s.input.clone(), &device);
     let mut model = Some(model_with::<Ad<B>>(&s.config, &s.weights, &device));
     let mut optim = AdamConfig::new().init();
-    let (first, ms, issue_ms) = time::<B, _>(&device, s.iters, s.warmup, || {
-        let (next, loss) =
-            burn_compile_examples::train_step(model.take().expect("model"), &mut optim, &xa);
-        model = Some(next);
-        loss
-    });
+    let (first, ms, issue_ms) =
+        burn_compile_examples::time_calls::<B, _>(&device, s.iters, s.warmup, || {
+            let (next, loss) =
+                burn_compile_examples::train_step(model.take().expect("model"), &mut optim, &xa);
+            model = Some(next);
+            loss
+        });
     print_replay_profile(system, dtype, "train", s.iters);
     if system == "burn-compile" {
         // What one more training step launches (after the timed ones: its plans are cached).

@@ -1,6 +1,8 @@
 //! Example programs live beside this crate: `cargo run -p burn-compile-examples --example …`.
-//! This library holds the workload they share: the W1 transformer encoder, its input and its
-//! training step.
+//! This library holds the workloads they share: the W1 transformer encoder, its input and its
+//! training step; the GPT of `train_gpt` and `w2_bench` ([`gpt`]); the benchmarks' timing.
+
+pub mod gpt;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::nn::activation::ActivationConfig;
@@ -112,4 +114,133 @@ pub fn train_step<B: AutodiffBackend, O: Optimizer<TransformerEncoder<B>, B>>(
     let grads = GradientsParams::from_grads(loss.backward(), &model);
     let model = optim.step(LEARNING_RATE, model, grads);
     (model, loss.inner())
+}
+
+/// Times `call` as the benchmarks do: the first call alone, synced (compiles, autotune); then
+/// `warmup` calls; then `iters` calls with their results kept alive (a result dropped unused is
+/// dead code to the compiled system) and one sync at the end. Each call ends a step
+/// (`mark_step`). Returns the first call's seconds, the mean ms per timed call, and the ms per
+/// call it took to issue them (the clock before the final sync).
+pub fn time_calls<B: Backend, T>(
+    device: &B::Device,
+    iters: usize,
+    warmup: usize,
+    mut call: impl FnMut() -> T,
+) -> (f64, f64, f64) {
+    use std::time::Instant;
+    let mark = || {
+        burn_compile::mark_step();
+        B::sync(device).expect("sync");
+    };
+    let start = Instant::now();
+    let first = call();
+    mark();
+    let first_s = start.elapsed().as_secs_f64();
+    drop(first);
+    let mut warm = Vec::with_capacity(warmup);
+    for _ in 0..warmup {
+        warm.push(call());
+        burn_compile::mark_step();
+    }
+    B::sync(device).expect("sync");
+    drop(warm);
+    // The replay profile (when on) covers the timed calls only.
+    let _ = burn_compile::take_replay_profile();
+    let mut outs = Vec::with_capacity(iters);
+    let start = Instant::now();
+    for _ in 0..iters {
+        outs.push(call());
+        burn_compile::mark_step();
+    }
+    let issued = start.elapsed().as_secs_f64() * 1e3 / iters as f64;
+    B::sync(device).expect("sync");
+    (
+        first_s,
+        start.elapsed().as_secs_f64() * 1e3 / iters as f64,
+        issued,
+    )
+}
+
+/// The command line of `w2_bench` and `w3_bench`: `--dtypes f32|bf16` (one per process),
+/// `--iters N`, `--warmup N`, `--small`, `--out FILE`, `--systems S,…`.
+pub struct BenchOptions {
+    pub dtype: String,
+    pub iters: usize,
+    pub warmup: usize,
+    /// A tiny model, for a smoke run on the CPU.
+    pub small: bool,
+    /// A file the JSON lines are appended to.
+    pub out: Option<String>,
+    pub systems: Vec<String>,
+}
+
+impl BenchOptions {
+    /// The options of this process's arguments; `systems` are those the program has.
+    pub fn parse(systems: &[&str]) -> Result<Self, String> {
+        let mut o = BenchOptions {
+            dtype: "f32".into(),
+            iters: 10,
+            warmup: 3,
+            small: false,
+            out: None,
+            systems: systems.iter().map(|s| s.to_string()).collect(),
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(flag) = args.next() {
+            let mut value = || args.next().ok_or(format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--dtypes" => o.dtype = value()?,
+                "--iters" => o.iters = value()?.parse().map_err(|e| format!("--iters: {e}"))?,
+                "--warmup" => o.warmup = value()?.parse().map_err(|e| format!("--warmup: {e}"))?,
+                "--out" => o.out = Some(value()?),
+                "--small" => o.small = true,
+                "--systems" => o.systems = value()?.split(',').map(String::from).collect(),
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        if let Some(s) = o.systems.iter().find(|s| !systems.contains(&s.as_str())) {
+            return Err(format!("unknown system {s:?} (this build has {systems:?})"));
+        }
+        if !["f32", "bf16"].contains(&o.dtype.as_str()) {
+            return Err(format!(
+                "--dtypes {}: f32 or bf16, one per process",
+                o.dtype
+            ));
+        }
+        Ok(o)
+    }
+
+    /// Prints each JSON line and appends it to `--out`'s file.
+    pub fn emit(&self, lines: &[String]) -> Result<(), String> {
+        use std::io::Write;
+        let mut file = match &self.out {
+            Some(path) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| format!("{path}: {e}"))?,
+            ),
+            None => None,
+        };
+        for line in lines {
+            println!("{line}");
+            if let Some(f) = file.as_mut() {
+                writeln!(f, "{line}").map_err(|e| format!("writing the results: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `mode` field of a benchmark line: the compiled system's variant (`BENCH_MODE`, else
+/// `BURN_COMPILE_MODE`, else `default`); the other systems have one mode.
+pub fn bench_mode(system: &str) -> String {
+    if system == "burn-compile" {
+        std::env::var("BENCH_MODE")
+            .or_else(|_| std::env::var("BURN_COMPILE_MODE"))
+            .unwrap_or_else(|_| "default".into())
+    } else {
+        "default".into()
+    }
 }

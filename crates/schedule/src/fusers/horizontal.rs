@@ -25,9 +25,11 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 /// Buffers one horizontal kernel binds at most (inputs and outputs of all its members), on
-/// every target: CUDA passes each buffer as a kernel parameter (its parameter space is 4 KiB),
-/// and a longer member list makes a longer kernel to compile for little gain.
-pub const MAX_HORIZONTAL_BUFFERS: usize = 256;
+/// every target. On CUDA every buffer is a kernel parameter (a pointer) and adds its length to
+/// the parameter struct beside the members' scalars: 128 buffers of an Adam step (18 members,
+/// 126 scalars) stay within the 4 KiB of kernel parameters older toolchains allow; and a longer
+/// member list makes a longer kernel to compile for little gain.
+pub const MAX_HORIZONTAL_BUFFERS: usize = 128;
 
 /// Fused groups launched as one kernel: the same program, over independent tensors.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
