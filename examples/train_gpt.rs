@@ -345,6 +345,9 @@ fn train<B: AutodiffBackend>(name: &str, weights: &[TensorData], data: &Data) ->
         }
         let eval_every = (data.steps / 4).max(1);
         if (step + 1) % eval_every == 0 || step + 1 == data.steps {
+            // The training steps queued so far are training time: run them before the clock
+            // of the evaluation starts (a compiled run executes its graphs asynchronously).
+            B::sync(&device).expect("sync");
             let timing = Instant::now();
             let valid = evaluate(&model.valid(), &data.valid, c.batch, &device);
             evaluations.push((step + 1, valid));

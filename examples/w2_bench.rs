@@ -20,7 +20,7 @@
 use burn::module::Module;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use burn_compile_examples::gpt::{Gpt, GptConfig};
 use burn_compile_examples::{BenchOptions, CollectWeights, bench_mode, load_weights, time_calls};
 use std::process::ExitCode;
@@ -179,26 +179,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let dtype = if o.dtype == "bf16" {
-        DType::BF16
-    } else {
-        DType::F32
+    let loss = |system: &str| {
+        figures
+            .iter()
+            .find(|f| f.system == system)
+            .map(|f| f.first_loss)
     };
-    let (atol, rtol) = burn_compile::incident::tolerance(dtype);
-    let mut failed = false;
-    if let (Some(eager), Some(compiled)) = (
-        figures.iter().find(|f| f.system == "burn-eager"),
-        figures.iter().find(|f| f.system == "burn-compile"),
-    ) {
-        let diff = (compiled.first_loss - eager.first_loss).abs();
-        if diff > atol + rtol * eager.first_loss.abs() {
-            eprintln!(
-                "error: the first loss differs: {} compiled, {} eager",
-                compiled.first_loss, eager.first_loss
-            );
-            failed = true;
-        }
-    }
+    let failed = !o.first_losses_agree(loss("burn-eager"), loss("burn-compile"));
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| "unknown".into());
     let lines: Vec<String> = figures
         .iter()

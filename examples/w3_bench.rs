@@ -25,7 +25,7 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::activation::relu;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use burn_compile_examples::{
     BenchOptions, CollectWeights, bench_mode, input_data, load_weights, time_calls,
 };
@@ -322,25 +322,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let dtype = if o.dtype == "bf16" {
-        DType::BF16
-    } else {
-        DType::F32
-    };
-    let (atol, rtol) = burn_compile::incident::tolerance(dtype);
     let loss = |system: &str| {
         figures
             .iter()
             .find(|f| f.system == system && f.phase == "train")
             .and_then(|f| f.first_loss)
     };
-    let mut failed = false;
-    if let (Some(eager), Some(compiled)) = (loss("burn-eager"), loss("burn-compile"))
-        && (compiled - eager).abs() > atol + rtol * eager.abs()
-    {
-        eprintln!("error: the first loss differs: {compiled} compiled, {eager} eager");
-        failed = true;
-    }
+    let failed = !o.first_losses_agree(loss("burn-eager"), loss("burn-compile"));
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| "unknown".into());
     let lines: Vec<String> = figures
         .iter()

@@ -210,6 +210,25 @@ impl BenchOptions {
         Ok(o)
     }
 
+    /// Whether the compiled system's first training loss equals eager's within the dtype's
+    /// tolerance (`burn_compile::incident::tolerance`); true when either system did not run.
+    /// Says so on stderr when not.
+    pub fn first_losses_agree(&self, eager: Option<f64>, compiled: Option<f64>) -> bool {
+        let dtype = if self.dtype == "bf16" {
+            burn::tensor::DType::BF16
+        } else {
+            burn::tensor::DType::F32
+        };
+        let (atol, rtol) = burn_compile::incident::tolerance(dtype);
+        match (eager, compiled) {
+            (Some(e), Some(c)) if (c - e).abs() > atol + rtol * e.abs() => {
+                eprintln!("error: the first loss differs: {c} compiled, {e} eager");
+                false
+            }
+            _ => true,
+        }
+    }
+
     /// Prints each JSON line and appends it to `--out`'s file.
     pub fn emit(&self, lines: &[String]) -> Result<(), String> {
         use std::io::Write;
