@@ -2,7 +2,7 @@
 //! 1024, 12 layers of d 768, 12 heads, tied head; no dropout) on a batch of 8 × 1024 random
 //! tokens — forward, cross-entropy of the next token, backward, AdamW — on Burn eager and on
 //! `Compiled`, from the same weights and tokens; one JSON line per system
-//! (`"workload":"W2"`). torch.compile's figures come from `benchmarks/h200/torch_w2_w3.py`.
+//! (`"workload":"W2"`). torch.compile's figures come from `benchmarks/h200/torch_workloads.py`.
 //!
 //! ```text
 //! CUDARC_CUDA_VERSION=13000 cargo build --release -p burn-compile-examples --example w2_bench --features cuda

@@ -3,7 +3,7 @@
 //! pooling and a 1000-way head) on a batch of 64 × 3 × 224² random images: inference, and a
 //! training step (cross-entropy, SGD with momentum 0.9) — on Burn eager and on `Compiled`,
 //! from the same weights and images; one JSON line per system and phase (`"workload":"W3"`).
-//! torch.compile's figures come from `benchmarks/h200/torch_w2_w3.py` (`WORKLOADS=W3`).
+//! torch.compile's figures come from `benchmarks/h200/torch_workloads.py` (`WORKLOADS=W3`).
 //!
 //! ```text
 //! CUDARC_CUDA_VERSION=13000 cargo build --release -p burn-compile-examples --example w3_bench --features cuda

@@ -1,5 +1,10 @@
-"""torch.compile's figures for W2 and W3 (issue 32), beside `w2_bench` (Burn eager, Compiled) in
-the same lease.
+"""torch.compile's figures for W1, W2 and W3 (issues 30, 32), beside `w1_bench`, `w2_bench` and
+`w3_bench` (Burn eager, Compiled) in the same lease.
+
+W1: the reference transformer encoder (d_model 512, 8 heads, 6 layers, d_ff 2048, ReLU, no
+dropout; batch 32 x 128) as `../shared/bench/torch_anchor.py` builds it: inference and a
+training step (mean(out^2), backward, Adam lr 1e-4). Here for its kernel time per step
+(`PROFILE=1`), which torch_anchor.py does not report.
 
 W2: a training step of GPT-2 small, `GPT2LMHeadModel(GPT2Config())` with its dropouts at 0 (as
 `w2_bench`'s model), batch 8 x 1024 random tokens, next-token cross-entropy (the model's own
@@ -9,7 +14,7 @@ labels: inference (no_grad, eval mode) and a training step (cross-entropy, SGD w
 0.9, lr 0.1).
 
 Usage on the GPU machine:
-    WORKLOADS=W2,W3 DTYPES=bf16 python3 torch_w2_w3.py [eager default reduce-overhead]
+    WORKLOADS=W1,W2,W3 DTYPES=f32,bf16 python3 torch_workloads.py [eager default reduce-overhead]
 Prints one JSON line per figure (workload, dtype, phase, system "torch", mode, ms per step,
 first call in s); with PROFILE=1 also `kernel_ms` and `launches`: the CUDA kernels of one
 steady step under torch.profiler (their summed device time and their count).
@@ -97,7 +102,40 @@ def w3(dtype, phase):
     return model, train
 
 
-WORKLOADS = {"W2": w2, "W3": w3}
+def w1(dtype, phase):
+    import torch.nn as nn
+
+    layer = nn.TransformerEncoderLayer(d_model=512, nhead=8, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False).cuda().to(dtype)
+    x = torch.randn(32, 128, 512, device="cuda", dtype=dtype)
+    if phase == "infer":
+        model.eval()
+
+        def infer(f):
+            def step():
+                with torch.no_grad():
+                    return f(x)
+
+            return step
+
+        return model, infer
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+    def train(f):
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = f(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    return model, train
+
+
+WORKLOADS = {"W1": w1, "W2": w2, "W3": w3}
 
 
 def run(workload, mode, dtype_name, phase):
@@ -128,12 +166,13 @@ def run(workload, mode, dtype_name, phase):
         "date": os.environ.get("BENCH_DATE", "unknown"),
     }
     if os.environ.get("PROFILE"):
+        line["metric"] = "kernel_ms"
         line["kernel_ms"], line["launches"] = kernel_time(step)
     print(json.dumps(line), flush=True)
 
 
 modes = sys.argv[1:] or ["eager", "default", "reduce-overhead"]
-for workload in os.environ.get("WORKLOADS", "W2,W3").split(","):
+for workload in os.environ.get("WORKLOADS", "W1,W2,W3").split(","):
     for dtype_name in os.environ.get("DTYPES", "bf16").split(","):
         for phase in ("infer", "train"):
             for mode in modes:

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Launches and kernel time of one steady step from an ncu CSV (one row per kernel launch).
+
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+        ./w1_bench --dtypes bf16 --systems burn-compile --iters 3 --warmup 1 > train.csv
+    python3 benchmarks/kernel_time.py train.csv --workload W1 --dtype bf16 --phase train
+
+The steady step is the repeating tail of the launches: the longest period k (at most half of
+them) whose last k launches repeat the k before by kernel name — one whole step, since the
+timed steps at the end of the run are the same cached plan (a shorter period inside a step, a
+layer, also repeats, but the longest tail period is the step). Prints one JSON line
+(`"metric":"kernel_ms"`, `"launches"`, system `burn-compile`) and, with `--list`, the step's
+kernels in launch order. ncu serializes kernels: the sum is GPU time, not wall time.
+"""
+import argparse
+import csv
+import json
+import os
+import re
+
+
+def rows(path):
+    lines = [l for l in open(path) if l.startswith('"')]
+    return [
+        (r["Kernel Name"], float(r["Metric Value"].replace(",", "")) / 1000)
+        for r in csv.DictReader(lines)
+        if r["Metric Name"] == "gpu__time_duration.sum"
+    ]
+
+
+def steady_step(launches):
+    names = [n for n, _ in launches]
+    for k in range(len(names) // 2, 0, -1):
+        if names[-k:] == names[-2 * k : -k]:
+            return launches[-k:]
+    raise SystemExit("no repeating tail: run more than one timed step")
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument("csv")
+parser.add_argument("--workload", default="W1")
+parser.add_argument("--dtype", default="bf16")
+parser.add_argument("--phase", default="train")
+parser.add_argument("--system", default="burn-compile")
+parser.add_argument("--list", action="store_true")
+a = parser.parse_args()
+step = steady_step(rows(a.csv))
+if a.list:
+    for name, us in step:
+        print(f"  {us:8.1f} us  {re.sub(r'<.*', '', name)[:80]}")
+print(json.dumps({
+    "workload": a.workload,
+    "dtype": a.dtype,
+    "phase": a.phase,
+    "system": a.system,
+    "mode": os.environ.get("BURN_COMPILE_MODE", "default"),
+    "metric": "kernel_ms",
+    "kernel_ms": round(sum(us for _, us in step) / 1000, 4),
+    "launches": len(step),
+    "gpu": os.environ.get("BENCH_GPU", "unknown"),
+    "date": os.environ.get("BENCH_DATE", "unknown"),
+}))
