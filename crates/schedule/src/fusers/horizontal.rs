@@ -13,9 +13,9 @@
 //! order. A member may move past an operation only when that operation neither reads what the
 //! member writes nor frees (consumes, drops) what the member reads; everything between a
 //! member's own place and the group's place is checked against that, at the places where the
-//! steps of the plan really run. Members are the pointwise kernels of a specialized plan with
-//! no hoisted views (a row kernel's units share rows; a symbolic plan's sizes are runtime
-//! values).
+//! steps of the plan really run. Members are pointwise kernels whose sizes are all constants
+//! (a row kernel's units share rows; a kernel of symbolic sizes does not know its share of the
+//! units until it runs) and that hoist no views (they would have to move too).
 
 use super::{Claims, Fuser};
 use crate::kernel::FusedKernel;
