@@ -254,6 +254,8 @@ fn expr(t: &Ctype, instr: &Instr, load: impl Fn(u16) -> String) -> String {
                 BinaryOp::Mul => format!("{x} * {y}"),
                 BinaryOp::Div => format!("{x} / {y}"),
                 BinaryOp::Powf => t.call("pow", &format!("{x}, {y}")),
+                // `mask_fill(y, x <= 0, 0)`, as Burn's ReLU backward: a NaN `x` passes `y` on.
+                BinaryOp::ReluBackward => format!("({x} <= {} ? {} : {y})", t.lit(0.0), t.lit(0.0)),
             }
         }
         Instr::Reduce { .. } | Instr::Store { .. } => unreachable!("not an expression"),

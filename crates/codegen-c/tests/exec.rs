@@ -211,8 +211,9 @@ fn cases() -> Vec<Case> {
         cases.push(case(&format!("{op:?}"), unary(op), &[64], vec![x], &[]));
     }
     for (i, op) in BINARY_OPS.into_iter().enumerate() {
+        let (lo, hi) = support::binary_lhs_range(op);
         let inputs = vec![
-            contiguous(&[64], 30 + i as u64, 0.5, 2.0),
+            contiguous(&[64], 30 + i as u64, lo, hi),
             contiguous(&[64], 40 + i as u64, 0.5, 2.0),
         ];
         cases.push(case(&format!("{op:?}"), binary(op), &[64], inputs, &[]));

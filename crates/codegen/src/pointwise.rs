@@ -274,5 +274,10 @@ fn binary<F: Float, N: Size>(
         BinaryOp::Mul => x * y,
         BinaryOp::Div => x / y,
         BinaryOp::Powf => Vector::powf(x, y),
+        // `mask_fill(y, x <= 0, 0)`, as Burn's ReLU backward: a NaN `x` passes `y` on.
+        BinaryOp::ReluBackward => {
+            let zero = Vector::new(F::new(0.0));
+            select_many(x.less_equal(zero), zero, y)
+        }
     }
 }

@@ -286,8 +286,9 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
         check(&client, &format!("{op:?}"), &unary(op), &[64], &[x], &[]);
     }
     for (i, op) in BINARY_OPS.into_iter().enumerate() {
+        let (lo, hi) = support::binary_lhs_range(op);
         let (x, y) = (
-            contiguous(&[64], 30 + i as u64, 0.5, 2.0),
+            contiguous(&[64], 30 + i as u64, lo, hi),
             contiguous(&[64], 40 + i as u64, 0.5, 2.0),
         );
         check(

@@ -34,6 +34,9 @@ pub enum BinaryOp {
     Mul,
     Div,
     Powf,
+    /// ReLU's backward: gradient `b` where the forward output `a` is above 0, else 0 — as Burn
+    /// computes it, `mask_fill(b, a <= 0, 0)` (a NaN output passes the gradient on).
+    ReluBackward,
 }
 
 /// A reduction over the last dimension.

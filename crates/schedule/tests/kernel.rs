@@ -13,8 +13,8 @@ use burn_ir::{
 };
 
 mod support;
-use support::relu;
 use support::{add, exp, matmul, mul, mul_scalar, reshape};
+use support::{relu, relu_backward};
 
 fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
     support::tensor(id, shape, status, DType::F32)
@@ -968,4 +968,55 @@ fn symbolic_sizes_make_a_groups_dimensions_dynamic() {
         "the same kernel program"
     );
     assert_eq!(symbolic.memory.slots.len(), 0);
+}
+
+/// ReLU's backward (captured whole: the inner backend runs a comparison and a masked fill) is
+/// one instruction of a kernel: alone it is still worth a kernel (one launch for two), and it
+/// fuses with the elementwise ops around it.
+#[test]
+fn relu_backward_is_a_kernel_alone_and_fuses_with_its_neighbours() {
+    let s = &[4, 8][..];
+    let alone = vec![
+        matmul(t(1, &[4, 16], ReadOnly), t(2, &[16, 8], ReadOnly), 3),
+        relu_backward(t(4, s, ReadOnly), t(3, s, ReadWrite), 5),
+        matmul(t(5, s, ReadWrite), t(6, &[8, 8], ReadOnly), 7),
+    ];
+    let g = groups(&alone);
+    assert_eq!(g.len(), 1, "{g:#?}");
+    assert_eq!(g[0].ops, vec![1]);
+    assert_eq!(
+        g[0].kernel.program,
+        vec![
+            Instr::Load { input: 0 },
+            Instr::Load { input: 1 },
+            Instr::Binary {
+                op: BinaryOp::ReluBackward,
+                a: 0,
+                b: 1
+            },
+            Instr::Store {
+                output: 0,
+                value: 2
+            },
+        ]
+    );
+    let chained = vec![
+        mul_scalar(t(1, s, ReadWrite), 0.5, 2),
+        relu_backward(t(4, s, ReadOnly), t(2, s, ReadWrite), 5),
+        exp(t(5, s, ReadWrite), 6),
+    ];
+    let g = groups(&chained);
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].ops, vec![0, 1, 2]);
+    assert!(
+        g[0].kernel.program.iter().any(|i| matches!(
+            i,
+            Instr::Binary {
+                op: BinaryOp::ReluBackward,
+                ..
+            }
+        )),
+        "{:?}",
+        g[0].kernel.program
+    );
 }

@@ -20,13 +20,25 @@ pub const UNARY_OPS: [UnaryOp; 12] = [
     UnaryOp::Gelu,
 ];
 
-pub const BINARY_OPS: [BinaryOp; 5] = [
+pub const BINARY_OPS: [BinaryOp; 6] = [
     BinaryOp::Add,
     BinaryOp::Sub,
     BinaryOp::Mul,
     BinaryOp::Div,
     BinaryOp::Powf,
+    BinaryOp::ReluBackward,
 ];
+
+/// The range of a binary op's first operand in the execution tests: ReLU's backward must see
+/// outputs on both sides of 0 (and 0 itself is below the range's resolution: it is tested by
+/// the differential tests), the others positive values (`powf`).
+pub fn binary_lhs_range(op: BinaryOp) -> (f32, f32) {
+    if op == BinaryOp::ReluBackward {
+        (-2.0, 2.0)
+    } else {
+        (0.5, 2.0)
+    }
+}
 
 pub fn load(input: u16) -> Instr {
     Instr::Load { input }

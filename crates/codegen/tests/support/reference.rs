@@ -73,6 +73,13 @@ pub fn eval_binary(op: BinaryOp, x: f64, y: f64) -> f64 {
         BinaryOp::Mul => x * y,
         BinaryOp::Div => x / y,
         BinaryOp::Powf => x.powf(y),
+        BinaryOp::ReluBackward => {
+            if x <= 0.0 {
+                0.0
+            } else {
+                y
+            }
+        }
     }
 }
 

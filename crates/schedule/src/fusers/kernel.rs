@@ -246,6 +246,21 @@ fn fusible(op: &OperationIr) -> Option<Fusible<'_>> {
         },
         OperationIr::Custom(custom) => {
             let op = match Activation::of(op)? {
+                // Inputs: the forward output, the gradient.
+                Activation::ReluBackward => {
+                    return Some(Fusible {
+                        compute: Compute::Binary(
+                            BinaryOp::ReluBackward,
+                            &custom.inputs[0],
+                            &custom.inputs[1],
+                        ),
+                        out: &custom.outputs[0],
+                    })
+                    .filter(|f| {
+                        f.out.dtype.is_float()
+                            && custom.inputs.iter().all(|t| t.dtype == f.out.dtype)
+                    });
+                }
                 Activation::Relu => UnaryOp::Relu,
                 Activation::Sigmoid => UnaryOp::Sigmoid,
                 Activation::Gelu => UnaryOp::Gelu,
@@ -403,13 +418,17 @@ pub fn fused_groups(ops: &[OperationIr], live: &[bool], max_buffers: usize) -> V
 }
 
 /// Whether a run of these operations is worth a generated kernel: two or more fuse; one alone
-/// is left to the inner backend's own kernel, except a softmax (several kernels there).
+/// is left to the inner backend's own kernel, except where the inner backend takes several: a
+/// softmax, and ReLU's backward (a comparison, then a masked fill).
 fn worth_a_kernel(ops: &[OperationIr], run: &[u32]) -> bool {
     match run {
         [] => false,
-        [one] => {
-            fusible(&ops[*one as usize]).is_some_and(|f| matches!(f.compute, Compute::Softmax(..)))
-        }
+        [one] => fusible(&ops[*one as usize]).is_some_and(|f| {
+            matches!(
+                f.compute,
+                Compute::Softmax(..) | Compute::Binary(BinaryOp::ReluBackward, ..)
+            )
+        }),
         _ => true,
     }
 }

@@ -33,6 +33,17 @@ pub fn relu(input: TensorIr, o: u64) -> OperationIr {
     })
 }
 
+/// `o = relu_backward(output, grad)`, recorded whole as a captured activation.
+pub fn relu_backward(output: TensorIr, grad: TensorIr, o: u64) -> OperationIr {
+    let shape = grad.shape.to_vec();
+    let out = tensor(o, &shape, TensorStatus::NotInit, grad.dtype);
+    OperationIr::Custom(CustomOpIr {
+        id: Activation::ReluBackward.op_id(),
+        inputs: vec![output, grad],
+        outputs: vec![out],
+    })
+}
+
 /// A new tensor (`NotInit`) of `input`'s dtype.
 fn out_like(input: &TensorIr, id: u64, shape: &[usize]) -> TensorIr {
     tensor(id, shape, TensorStatus::NotInit, input.dtype)
