@@ -33,21 +33,7 @@ use std::process::ExitCode;
 
 type Ad<B> = burn::backend::Autodiff<B>;
 
-#[cfg(feature = "cuda")]
-mod systems {
-    pub trait Elem: burn_cubecl::FloatElement {}
-    impl<T: burn_cubecl::FloatElement> Elem for T {}
-    pub type Inner<F> = burn_cuda::Cuda<F, i32>;
-}
-
-#[cfg(not(feature = "cuda"))]
-mod systems {
-    pub trait Elem: burn::tensor::Element {}
-    impl<T: burn::tensor::Element> Elem for T {}
-    pub type Inner<F> = burn_flex::Flex<F>;
-}
-
-use systems::{Elem, Inner};
+use burn_compile_examples::bench_backend::{Elem, Inner};
 
 const LEARNING_RATE: f64 = 0.1;
 const SYSTEMS: &[&str] = &["burn-eager", "burn-compile"];

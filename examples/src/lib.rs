@@ -4,6 +4,24 @@
 
 pub mod gpt;
 
+/// The inner backend of `w2_bench` and `w3_bench` for element type `F`: CUDA with
+/// `--features cuda`, Flex otherwise (their `--small` smoke runs).
+#[cfg(feature = "cuda")]
+pub mod bench_backend {
+    pub trait Elem: burn_cubecl::FloatElement {}
+    impl<T: burn_cubecl::FloatElement> Elem for T {}
+    pub type Inner<F> = burn_cuda::Cuda<F, i32>;
+}
+
+/// The inner backend of `w2_bench` and `w3_bench` for element type `F`: CUDA with
+/// `--features cuda`, Flex otherwise (their `--small` smoke runs).
+#[cfg(not(feature = "cuda"))]
+pub mod bench_backend {
+    pub trait Elem: burn::tensor::Element {}
+    impl<T: burn::tensor::Element> Elem for T {}
+    pub type Inner<F> = burn_flex::Flex<F>;
+}
+
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::nn::activation::ActivationConfig;
 use burn::nn::transformer::{
