@@ -300,7 +300,8 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
         );
         let m = burn_compile::metrics();
         eprintln!(
-            "{system} {dtype}: CUDA graphs recorded {}, replays that launched one {},              replays launch by launch where one was wanted {}",
+            "{system} {dtype}: CUDA graphs recorded {}, replays that launched one {}, \
+             replays launch by launch where one was wanted {}",
             m.graph_recordings, m.graph_launches, m.recording_fallbacks
         );
     }

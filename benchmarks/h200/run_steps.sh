@@ -16,10 +16,10 @@
 cd "$(dirname "$0")"
 BUDGET=$1; shift
 T0=$(date +%s)
-export CUDA_PATH=/usr/local/cuda BENCH_GPU=H200 BENCH_DATE=${BENCH_DATE:-$(date +%F)} XDG_CACHE_HOME=$PWD/xdg
+export CUDA_PATH=/usr/local/cuda BENCH_GPU=${BENCH_GPU:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o "H[0-9]00" || echo unknown)} BENCH_DATE=${BENCH_DATE:-$(date +%F)} XDG_CACHE_HOME=$PWD/xdg
 [ -f xdg.tgz ] && tar xzf xdg.tgz
 for f in *.xz; do [ -f "$f" ] && xz -d -T0 "$f"; done
-chmod +x gpu w1_bench 2>/dev/null
+chmod +x gpu w1_bench w2_bench w3_bench train_gpt 2>/dev/null
 echo "unpacked in $(( $(date +%s)-T0 ))s"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 step() {

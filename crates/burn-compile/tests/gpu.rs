@@ -151,7 +151,7 @@ fn gpu_replays_on_the_device_thread_or_beside_it_match_eager_from_two_threads() 
             &device,
             CompileConfig {
                 replay_on_device_thread: on_device_thread,
-                ..Default::default()
+                ..suite_config()
             },
         );
         std::thread::scope(|scope| {
@@ -170,7 +170,7 @@ fn gpu_replays_on_the_device_thread_or_beside_it_match_eager_from_two_threads() 
             }
         });
     }
-    configure(&device, CompileConfig::default());
+    configure(&device, suite_config());
 }
 
 /// An optimizer-like update of many parameters: one elementwise run that reads 40 tensors
@@ -664,7 +664,7 @@ fn wgpu_failed_kernel_falls_back_to_eager_unless_strict() {
             kernel_failure: true,
             ..Default::default()
         },
-        ..Default::default()
+        ..suite_config()
     };
     configure(&device, injected.clone());
     let before = metrics();
@@ -689,7 +689,7 @@ fn wgpu_failed_kernel_falls_back_to_eager_unless_strict() {
     assert!(message.contains("cannot run"), "{message}");
 
     // The device goes on working.
-    configure(&device, CompileConfig::default());
+    configure(&device, suite_config());
     compiled(2.0).assert_approx_eq::<f32>(&eager(2.0), tol());
 }
 
@@ -881,6 +881,15 @@ use std::sync::{Mutex, MutexGuard};
 
 /// Held by each test that configures the default device (the config is per device, tests run
 /// in parallel).
+/// The configuration the suite runs under: the defaults with the `BURN_COMPILE_*` environment
+/// applied, so that `BURN_COMPILE_MODE=reduce-overhead` runs every test in that mode (tests that
+/// change one option keep the rest, and set it back to this).
+fn suite_config() -> CompileConfig {
+    CompileConfig::default()
+        .with_env()
+        .expect("BURN_COMPILE_* variables")
+}
+
 fn default_config_lock() -> MutexGuard<'static, ()> {
     static CONFIG: Mutex<()> = Mutex::new(());
     CONFIG.lock().unwrap_or_else(|e| e.into_inner())
@@ -891,7 +900,7 @@ fn f32_attention_on(autotune: bool) -> MutexGuard<'static, ()> {
     let config = CompileConfig {
         attention_f32: true,
         attention_autotune: autotune,
-        ..Default::default()
+        ..suite_config()
     };
     configure(&burn::tensor::Device::<Eager>::default(), config);
     guard
@@ -1310,13 +1319,13 @@ fn gpu_vectorized_kernels_match_eager_over_aligned_and_misaligned_views() {
         &burn::tensor::Device::<Eager>::default(),
         CompileConfig {
             vectorize: false,
-            ..Default::default()
+            ..suite_config()
         },
     );
     check(0..64);
     configure(
         &burn::tensor::Device::<Eager>::default(),
-        CompileConfig::default(),
+        suite_config(),
     );
 }
 
@@ -1342,7 +1351,7 @@ mod reduce_overhead {
         let guard = default_config_lock();
         let config = CompileConfig {
             mode: Mode::ReduceOverhead,
-            ..Default::default()
+            ..suite_config()
         };
         configure(&burn::tensor::Device::<Eager>::default(), config);
         guard
@@ -1351,7 +1360,7 @@ mod reduce_overhead {
     fn default_again() {
         configure(
             &burn::tensor::Device::<Eager>::default(),
-            CompileConfig::default(),
+            suite_config(),
         );
     }
 
