@@ -1323,10 +1323,7 @@ fn gpu_vectorized_kernels_match_eager_over_aligned_and_misaligned_views() {
         },
     );
     check(0..64);
-    configure(
-        &burn::tensor::Device::<Eager>::default(),
-        suite_config(),
-    );
+    configure(&burn::tensor::Device::<Eager>::default(), suite_config());
 }
 
 /// Reduce-overhead mode (`CompileConfig::mode`): plans recorded as CUDA graphs after two
@@ -1358,10 +1355,7 @@ mod reduce_overhead {
     }
 
     fn default_again() {
-        configure(
-            &burn::tensor::Device::<Eager>::default(),
-            suite_config(),
-        );
+        configure(&burn::tensor::Device::<Eager>::default(), suite_config());
     }
 
     /// A scalar that changes every call is written into the recorded kernel, not frozen and not
