@@ -66,6 +66,11 @@ pub struct CompileConfig {
     /// optimizer's update of each parameter) as one kernel: its units split among them, each
     /// part over its own tensors and scalars (`BURN_COMPILE_HORIZONTAL`).
     pub horizontal_fusion: bool,
+    /// Sums over leading dimensions (a linear layer's bias gradient, the gradient of an operand
+    /// broadcast in the forward pass) run as generated column-sum kernels, a chain of such sums
+    /// as one kernel, where the device's kernel target has them (CubeCL: CUDA and wgpu); off,
+    /// or elsewhere, the inner backend's reductions (`BURN_COMPILE_COLUMN_SUMS`).
+    pub column_sums: bool,
     /// Generated kernels load, compute and store vectors of consecutive elements (16 bytes:
     /// 4 × f32, 8 × f16/bf16) where every buffer's layout and alignment allows, scalar code
     /// elsewhere (`BURN_COMPILE_VECTORIZE`). Off: the fused groups' kernels run scalar code;
@@ -215,6 +220,7 @@ impl Default for CompileConfig {
             attention_f32: false,
             memory_planning: true,
             horizontal_fusion: true,
+            column_sums: true,
             vectorize: true,
             mode: Mode::Default,
             attention_autotune: true,
@@ -354,6 +360,9 @@ impl CompileConfig {
         }
         if let Some((k, v)) = get("BURN_COMPILE_HORIZONTAL") {
             self.horizontal_fusion = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_COLUMN_SUMS") {
+            self.column_sums = parse_bool(&k, &v)?;
         }
         if let Some((k, v)) = get("BURN_COMPILE_VECTORIZE") {
             self.vectorize = parse_bool(&k, &v)?;

@@ -34,6 +34,9 @@ pub struct GraphRecord {
     pub library_matmuls: (usize, usize),
     /// Attention kernels among the launches (each in place of `softmax(q @ kᵀ / √d) @ v`).
     pub attention_kernels: usize,
+    /// Column-sum kernels among the launches (each in place of a chain of sums over leading
+    /// dimensions: a bias gradient, a broadcast operand's gradient).
+    pub column_kernels: usize,
     /// Intermediates placed in the slots of the replay's one buffer (memory planning), the
     /// slots, and their bytes against the bytes of those values allocated one by one.
     pub memory: PlannedMemory,

@@ -27,6 +27,8 @@ pub struct Explanation {
     pub library_matmuls: usize,
     /// Attention kernels over all graphs (the attention pattern fired).
     pub attention_kernels: usize,
+    /// Column-sum kernels over all graphs.
+    pub column_kernels: usize,
     /// Time spent compiling each graph (zero for a cache hit): its plan.
     pub compile_times: Vec<Duration>,
     /// Time spent building generated kernels at the graphs' first replays (the CPU target's C
@@ -60,6 +62,7 @@ impl Explanation {
             fused_kernels: graphs.iter().map(|g| g.fused_kernels).sum(),
             library_matmuls: graphs.iter().map(|g| g.library_matmuls.0).sum(),
             attention_kernels: graphs.iter().map(|g| g.attention_kernels).sum(),
+            column_kernels: graphs.iter().map(|g| g.column_kernels).sum(),
             compile_times: graphs.iter().map(|g| g.compile_time).collect(),
             kernel_build_time: graphs
                 .iter()
@@ -105,7 +108,7 @@ impl fmt::Display for Explanation {
             };
             writeln!(
                 f,
-                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops{}{}{}{}), {} dead, {} merged, {}, ended by {ended}",
+                "graph {i}: key {}, {} ops, {} launches ({} fused kernel(s) for {} ops{}{}{}{}{}), {} dead, {} merged, {}, ended by {ended}",
                 g.key,
                 g.ops,
                 g.launches,
@@ -123,6 +126,10 @@ impl fmt::Display for Explanation {
                 match g.attention_kernels {
                     0 => String::new(),
                     n => format!(", {n} attention kernel(s)"),
+                },
+                match g.column_kernels {
+                    0 => String::new(),
+                    n => format!(", {n} column sum(s)"),
                 },
                 match g.memory.values {
                     0 => String::new(),

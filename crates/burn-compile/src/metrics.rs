@@ -38,6 +38,9 @@ pub struct Metrics {
     pub kernel_fallbacks: u64,
     /// Attention steps that ran as one attention kernel (the others ran their parts).
     pub attention_kernels: u64,
+    /// Column-sum steps that ran as one column-sum kernel (the others ran their sums: an input
+    /// that was not contiguous, or a target without the kernel).
+    pub column_kernels: u64,
     /// Generated kernel launches that loaded and stored vectors (`CompileConfig::vectorize`;
     /// the others ran scalar code: a layout or alignment that allowed none, or vectorize off).
     pub vectorized_kernels: u64,
@@ -98,6 +101,7 @@ impl Metrics {
             eager_ops: self.eager_ops - earlier.eager_ops,
             kernel_fallbacks: self.kernel_fallbacks - earlier.kernel_fallbacks,
             attention_kernels: self.attention_kernels - earlier.attention_kernels,
+            column_kernels: self.column_kernels - earlier.column_kernels,
             vectorized_kernels: self.vectorized_kernels - earlier.vectorized_kernels,
             kernel_builds: self.kernel_builds - earlier.kernel_builds,
             kernel_build_time: self
@@ -149,6 +153,7 @@ pub fn metrics() -> Metrics {
         eager_ops: c.eager_ops.load(Relaxed),
         kernel_fallbacks: r.kernel_fallbacks.load(Relaxed),
         attention_kernels: r.attention_kernels.load(Relaxed),
+        column_kernels: r.column_kernels.load(Relaxed),
         vectorized_kernels: r.vectorized_kernels.load(Relaxed),
         kernel_builds: r.kernel_builds.load(Relaxed),
         kernel_build_time: Duration::from_nanos(r.kernel_build_nanos.load(Relaxed)),

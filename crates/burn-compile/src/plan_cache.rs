@@ -24,7 +24,7 @@ use burn_compile_graph::{GraphKey, KeyWriter, op_listing, op_name};
 use burn_compile_runtime::targets::Lowering;
 use burn_compile_runtime::{Executable, InnerDevice, panic_message};
 use burn_compile_schedule::{
-    AttentionGroup, FusedKernel, MatmulGroup, Plan, ScheduleOptions, schedule,
+    AttentionGroup, ColumnGroup, FusedKernel, MatmulGroup, Plan, ScheduleOptions, schedule,
 };
 use burn_ir::{BackendIr, OperationIr};
 use rustc_hash::FxHashMap;
@@ -43,6 +43,7 @@ struct PlanConfig {
     attention_f32: bool,
     memory_planning: bool,
     horizontal_fusion: bool,
+    column_sums: bool,
     dynamic: DynamicShapes,
     /// The injected faults (hashed): a plan compiled with one is never reused without it.
     faults: u64,
@@ -59,6 +60,7 @@ impl From<&CompileConfig> for PlanConfig {
             attention_f32: c.attention_f32,
             memory_planning: c.memory_planning,
             horizontal_fusion: c.horizontal_fusion,
+            column_sums: c.column_sums,
             dynamic: c.dynamic,
             faults: {
                 use std::hash::{Hash, Hasher};
@@ -82,6 +84,8 @@ pub(crate) struct Accepts<'a> {
     pub matmul: Option<&'a dyn Fn(&MatmulGroup) -> bool>,
     /// Attention steps (not those the attention autotune found slower than their parts).
     pub attention: Option<&'a dyn Fn(&AttentionGroup) -> bool>,
+    /// Column sums.
+    pub column: Option<&'a dyn Fn(&ColumnGroup) -> bool>,
 }
 
 #[derive(Default)]
@@ -293,6 +297,7 @@ impl PlanCache {
             horizontal_kernels: plan.horizontal_kernels(),
             library_matmuls: plan.library_matmuls(),
             attention_kernels: plan.attention_kernels(),
+            column_kernels: plan.column_kernels(),
             memory: crate::diagnostics::PlannedMemory {
                 values: plan.memory.planned(),
                 slots: plan.memory.slots.len(),
@@ -474,6 +479,7 @@ impl PlanCache {
             matmul: accepts.matmul.filter(|_| config.library_matmul),
             // A symbolic plan's attention tuning and memory slab would be sized per problem.
             attention: attention.as_ref().filter(|_| !is_symbolic).map(|f| f as _),
+            column: accepts.column.filter(|_| config.column_sums),
             memory_planning: config.memory_planning && !is_symbolic,
             symbolic_sizes: &symbolic_sizes,
         };
@@ -551,6 +557,7 @@ pub(crate) fn plan_on<B: BackendIr>(
     let kernels = inner.kernels();
     let accepts = kernels.map(|k| move |kernel: &_| k.lower(Lowering::Kernel(kernel)));
     let accepts_matmul = kernels.map(|k| move |group: &_| k.lower(Lowering::Matmul(group)));
+    let accepts_column = kernels.map(|k| move |group: &_| k.lower(Lowering::Column(group)));
     let accepts_attention = kernels.map(|k| {
         move |group: &_| k.lower(Lowering::Attention(group)) && !inner.attention_lost(group)
     });
@@ -564,6 +571,7 @@ pub(crate) fn plan_on<B: BackendIr>(
             max_kernel_buffers: kernels.map_or(usize::MAX, |k| k.max_kernel_buffers()),
             matmul: accepts_matmul.as_ref().map(|f| f as _),
             attention: accepts_attention.as_ref().map(|f| f as _),
+            column: accepts_column.as_ref().map(|f| f as _),
         },
         declared,
     )
@@ -611,6 +619,7 @@ fn eager_plan(ops: &[OperationIr]) -> Plan {
             horizontal: false,
             matmul: None,
             attention: None,
+            column: None,
             memory_planning: false,
             symbolic_sizes: &[],
         },

@@ -868,6 +868,61 @@ fn gpu_gradients_through_fused_residual_epilogues_match_eager() {
     }
 }
 
+/// A linear layer's bias gradient and the gradients of a layer norm's γ and β (broadcast
+/// along batch and sequence, summed back by Burn's autodiff one dimension at a time) run as
+/// column sums: one kernel for the bias, one for each of γ's and β's chains of two sums.
+#[test]
+fn gpu_bias_and_layer_norm_gradients_are_column_sums_and_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(d: &[TensorData; 5]) -> Vec<TensorData> {
+        let device = Default::default();
+        let x = Tensor::<B, 3>::from_data(d[0].clone(), &device);
+        let w = Tensor::<B, 2>::from_data(d[1].clone(), &device).require_grad();
+        let b = Tensor::<B, 1>::from_data(d[2].clone(), &device).require_grad();
+        let gamma = Tensor::<B, 1>::from_data(d[3].clone(), &device).require_grad();
+        let beta = Tensor::<B, 1>::from_data(d[4].clone(), &device).require_grad();
+        let h = linear(x, w.clone(), Some(b.clone()));
+        let centered = h.clone() - h.mean_dim(2);
+        let var = (centered.clone() * centered.clone()).mean_dim(2);
+        let normed = centered / (var + 1e-5).sqrt();
+        let y = normed * gamma.clone().reshape([1, 1, 40]) + beta.clone().reshape([1, 1, 40]);
+        let loss = (y.clone() * y).sum();
+        let g = loss.backward();
+        vec![
+            w.grad(&g).unwrap().into_data(),
+            b.grad(&g).unwrap().into_data(),
+            gamma.grad(&g).unwrap().into_data(),
+            beta.grad(&g).unwrap().into_data(),
+        ]
+    }
+    let d = [
+        support::float_data(&[4, 24, 16], 501, -1.0, 1.0),
+        support::float_data(&[16, 40], 502, -0.5, 0.5),
+        support::float_data(&[40], 503, -0.5, 0.5),
+        support::float_data(&[40], 504, 0.5, 1.5),
+        support::float_data(&[40], 505, -0.5, 0.5),
+    ];
+    let before = burn_compile::metrics();
+    let (got, report) = explain(|| grads::<Autodiff<C>>(&d));
+    let columns: usize = report.graphs.iter().map(|g| g.column_kernels).sum();
+    assert!(
+        columns >= 3,
+        "the bias, γ and β gradients are column sums: {report}"
+    );
+    let ran = burn_compile::metrics().since(&before).column_kernels;
+    assert!(ran >= 3, "each ran as a kernel, not as its sums: {ran}");
+    let want = grads::<Autodiff<Eager>>(&d);
+    // Through the layer norm's backward (row kernels against eager's reductions, each summing
+    // in its own order) the gradients of a 96-row batch differ by ~2e-4 relative.
+    let tol = Tolerance::relative(1e-3).set_absolute(1e-5);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        println!("checking gradient {i}");
+        g.assert_approx_eq::<f32>(w, tol);
+    }
+}
+
 // Attention written from parts (`softmax(q @ kᵀ / √d) @ v`, as Burn's MultiHeadAttention
 // computes it) runs as one flash-attention kernel; anything that is not the attention op's
 // semantics (another scale, a mask) keeps the parts: batched library matmuls on CUDA. The
@@ -879,8 +934,6 @@ use burn::tensor::Tolerance;
 use burn_compile::{CompileConfig, configure};
 use std::sync::{Mutex, MutexGuard};
 
-/// Held by each test that configures the default device (the config is per device, tests run
-/// in parallel).
 /// The configuration the suite runs under: the defaults with the `BURN_COMPILE_*` environment
 /// applied, so that `BURN_COMPILE_MODE=reduce-overhead` runs every test in that mode (tests that
 /// change one option keep the rest, and set it back to this).
@@ -890,6 +943,8 @@ fn suite_config() -> CompileConfig {
         .expect("BURN_COMPILE_* variables")
 }
 
+/// Held by each test that configures the default device (the config is per device, tests run
+/// in parallel).
 fn default_config_lock() -> MutexGuard<'static, ()> {
     static CONFIG: Mutex<()> = Mutex::new(());
     CONFIG.lock().unwrap_or_else(|e| e.into_inner())

@@ -4,11 +4,13 @@
 //! [`cuda_source`] and [`wgsl_source`] give a kernel's generated code as text without any device
 //! (see [`offline`]): what the snapshots in `snapshots/` hold and what reviewers read.
 
+pub mod column;
 pub mod launch;
 pub mod offline;
 pub mod pointwise;
 pub mod row;
 
+pub use column::{ColumnDims, launch_column_sum};
 pub use launch::{launch_horizontal, launch_pointwise};
 pub use row::Reduction;
 
@@ -823,6 +825,60 @@ pub fn cuda_horizontal_source(
         }
     };
     compile_cuda(definition, address)
+}
+
+/// The definition of the column sum over `dims`, as [`launch_column_sum`] launches it.
+fn define_column<Fl: Flavor, E: Float>(
+    dims: ColumnDims,
+) -> (cubecl::prelude::KernelDefinition, StorageType) {
+    let client = OfflineRuntime::<Fl>::client(&StubDevice);
+    let settings = KernelSettings::default()
+        .cube_dim(CubeDim::new_2d(
+            column::COLUMN_TILE as u32,
+            column::COLUMN_GROUPS as u32,
+        ))
+        .address_type(AddressType::U32);
+    let k = column::column_sum::ColumnSum::<E, OfflineRuntime<Fl>>::new(
+        settings,
+        client,
+        ArrayCompilationArg { inplace: None },
+        ArrayCompilationArg { inplace: None },
+        dims.reduced,
+        dims.inner,
+        dims.columns(),
+    );
+    (k.define(), k.address_type())
+}
+
+/// The CUDA C++ source of the column sum of `dtype` over `dims`.
+pub fn cuda_column_source(dtype: DType, dims: ColumnDims) -> Result<String, CodegenError> {
+    let (definition, address) = match dtype {
+        DType::F32 | DType::Flex32 => define_column::<CudaFlavor, f32>(dims),
+        DType::F16 => define_column::<CudaFlavor, half::f16>(dims),
+        DType::BF16 => define_column::<CudaFlavor, half::bf16>(dims),
+        DType::F64 => define_column::<CudaFlavor, f64>(dims),
+        dtype => {
+            return Err(CodegenError::UnsupportedDType {
+                dtype,
+                target: "CUDA",
+            });
+        }
+    };
+    compile_cuda(definition, address)
+}
+
+/// The WGSL source of the column sum of `dtype` over `dims`.
+pub fn wgsl_column_source(dtype: DType, dims: ColumnDims) -> Result<String, CodegenError> {
+    let (definition, address) = match dtype {
+        DType::F32 | DType::Flex32 => define_column::<WgslFlavor, f32>(dims),
+        dtype => {
+            return Err(CodegenError::UnsupportedDType {
+                dtype,
+                target: "WGSL",
+            });
+        }
+    };
+    compile_wgsl(definition, address)
 }
 
 fn compile_cuda(

@@ -453,3 +453,29 @@ fn horizontal_two_members() {
     );
     assert_stage_snapshot!("codegen", "horizontal_two_members.wgsl", wgsl, description);
 }
+
+/// The column sum of a bias gradient: `[1, 4096, 512]` summed over its 4096 rows (W1's shape),
+/// in bf16 on CUDA (f32 accumulation) and f32 on WGSL.
+#[test]
+fn column_sum_bias_gradient() {
+    let dims = burn_compile_codegen::ColumnDims {
+        outer: 1,
+        reduced: 4096,
+        inner: 512,
+    };
+    let description = format!("column sum over {dims:?}");
+    let cuda = burn_compile_codegen::cuda_column_source(DType::BF16, dims).expect("CUDA source");
+    let wgsl = burn_compile_codegen::wgsl_column_source(DType::F32, dims).expect("WGSL source");
+    assert_stage_snapshot!(
+        "codegen",
+        "column_sum_bias_gradient.cuda",
+        cuda,
+        description.clone()
+    );
+    assert_stage_snapshot!(
+        "codegen",
+        "column_sum_bias_gradient.wgsl",
+        wgsl,
+        description
+    );
+}

@@ -426,3 +426,48 @@ fn horizontal_kernels_compute_each_members_own_outputs_on_wgpu() {
         .collect();
     run_horizontal(&client, "horizontal, vectors of 4", &vector_members, 4);
 }
+
+/// The column sum on wgpu against a host sum in f64: a bias gradient (`[1, 700, 24]`: 700 rows,
+/// not a multiple of the cube's 32 row groups; 24 columns, not of its tile of 8 … 3 cubes),
+/// a broadcast gradient with an outer dimension (`[3, 5, 37]`), one row (`[1, 1, 9]`), and
+/// more columns than 65535 cubes take (`[1, 2, 600_000]`: the grid spills into y).
+#[test]
+fn column_sums_match_a_host_sum_on_wgpu() {
+    let Some(client) = client() else { return };
+    for (i, [outer, reduced, inner]) in [[1, 700, 24], [3, 5, 37], [1, 1, 9], [1, 2, 600_000]]
+        .into_iter()
+        .enumerate()
+    {
+        let dims = burn_compile_codegen::ColumnDims {
+            outer,
+            reduced,
+            inner,
+        };
+        let input = contiguous(&[outer, reduced, inner], 90 + i as u64, -2.0, 2.0);
+        let output = client.empty(dims.columns() * 4);
+        unsafe {
+            burn_compile_codegen::launch_column_sum::<WgpuRuntime, f32>(
+                &client,
+                dims,
+                client.create_from_slice(f32::as_bytes(&input.data)),
+                output.clone(),
+            );
+        }
+        let bytes = client.read_one(output).expect("read output");
+        let got = f32::from_bytes(&bytes);
+        assert_eq!(got.len(), outer * inner);
+        for o in 0..outer {
+            for c in 0..inner {
+                let want: f64 = (0..reduced)
+                    .map(|r| input.data[(o * reduced + r) * inner + c] as f64)
+                    .sum();
+                let g = got[o * inner + c] as f64;
+                // f32 accumulation of up to 700 values in [-2, 2].
+                assert!(
+                    (g - want).abs() <= 1e-4 + 1e-5 * reduced as f64,
+                    "{dims:?}: column ({o}, {c}): {g} against {want}"
+                );
+            }
+        }
+    }
+}

@@ -14,6 +14,8 @@ pub struct Counters {
     pub kernel_fallbacks: AtomicU64,
     /// Attention steps run as one attention kernel.
     pub attention_kernels: AtomicU64,
+    /// Column-sum steps run as one column-sum kernel.
+    pub column_kernels: AtomicU64,
     /// Generated kernel launches that loaded and stored vectors.
     pub vectorized_kernels: AtomicU64,
     /// Units of generated kernels built at the end of a replay, and the time they took.
@@ -36,6 +38,7 @@ pub static COUNTERS: Counters = Counters {
     kernels_launched: AtomicU64::new(0),
     kernel_fallbacks: AtomicU64::new(0),
     attention_kernels: AtomicU64::new(0),
+    column_kernels: AtomicU64::new(0),
     vectorized_kernels: AtomicU64::new(0),
     kernel_builds: AtomicU64::new(0),
     kernel_build_nanos: AtomicU64::new(0),

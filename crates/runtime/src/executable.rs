@@ -63,6 +63,8 @@ pub enum Launch {
     },
     /// Attention group `group`: q, k, v and the output.
     Attention { group: u32, bindings: Vec<Binding> },
+    /// Column group `group`: the first sum's input and the last sum's output.
+    Column { group: u32, bindings: Vec<Binding> },
     /// Frees the inputs of dead op `op` at `inputs` (positions).
     Release { op: u32, inputs: Vec<u8> },
     /// Op `op`'s outputs share op `of`'s; then its consumed inputs at `inputs` are freed.
@@ -176,6 +178,19 @@ impl Executable {
                     Launch::Attention {
                         group: *group,
                         bindings,
+                    }
+                }
+                Step::Column { group } => {
+                    let g = &plan.column[*group as usize];
+                    Launch::Column {
+                        group: *group,
+                        bindings: vec![
+                            Binding::Read(g.input),
+                            Binding::Write {
+                                at: g.output,
+                                slab: None,
+                            },
+                        ],
                     }
                 }
                 Step::Release { op, inputs } => Launch::Release {
@@ -315,6 +330,10 @@ impl Executable {
             }
             Launch::Attention { group, bindings: b } => {
                 write!(f, "attention {group} ")?;
+                bindings(f, b)?;
+            }
+            Launch::Column { group, bindings: b } => {
+                write!(f, "column sum {group} ")?;
                 bindings(f, b)?;
             }
             Launch::Release { op, inputs } => write!(f, "free {}", positions(*op, inputs))?,

@@ -9,7 +9,9 @@
 use crate::executable::Executable;
 use crate::targets::{KernelTarget, MatmulEpilogue, Work, target_for};
 use burn_backend::{DType, ExecutionError, TensorData};
-use burn_compile_schedule::{AttentionGroup, FusedGroup, FusedKernel, MatmulGroup, Plan};
+use burn_compile_schedule::{
+    AttentionGroup, ColumnGroup, FusedGroup, FusedKernel, MatmulGroup, Plan,
+};
 use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, TensorIr};
 use burn_std::future::DynFut;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -570,6 +572,67 @@ impl<B: BackendIr> InnerDevice<B> {
             if t.status == burn_ir::TensorStatus::ReadWrite {
                 handles.remove_handle(t.id);
             }
+        }
+        Ok(true)
+    }
+
+    /// Runs a column-sum step: the target's kernel, or the sums themselves (in program order,
+    /// the drops of their intermediates included) where it has none for the input's layout or
+    /// the launch failed (a warning; an error when strict).
+    pub fn column(&self, ops: &[OperationIr], group: &ColumnGroup) {
+        let strict = self.strict.load(Ordering::Relaxed);
+        match self.try_column(ops, group) {
+            Ok(true) => {
+                crate::counters::count(&crate::counters::COUNTERS.column_kernels);
+                crate::counters::count(&crate::counters::COUNTERS.kernels_launched);
+                return;
+            }
+            Ok(false) => {}
+            Err(error) => {
+                let message = failure("a column-sum kernel", &error, strict, &group.summary());
+                tracing::warn!(target: "burn_compile::output_code", "{message}");
+                crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
+            }
+        }
+        let mut sums: Vec<u32> = group.all_ops().collect();
+        sums.sort_unstable();
+        for i in sums {
+            crate::replay::execute_one(self, ops[i as usize].clone());
+        }
+    }
+
+    /// The column-sum kernel of `group`; `Ok(false)` when the target did not take it.
+    fn try_column(&self, ops: &[OperationIr], group: &ColumnGroup) -> Result<bool, String> {
+        let target = self
+            .kernels
+            .as_deref()
+            .expect("a plan with column sums is only built for a kernel target");
+        let input = ops[group.input.op as usize]
+            .inputs()
+            .nth(group.input.pos as usize)
+            .expect("the schedule matched this operand");
+        let out = ops[group.output.op as usize]
+            .outputs()
+            .nth(group.output.pos as usize)
+            .expect("a sum has an output");
+        let mut handles = self.handles();
+        let tensor = float_input::<B>(&mut handles, input);
+        if self.inject_failure.load(Ordering::Relaxed) {
+            return Err("failure injected (inject_kernel_failure)".into());
+        }
+        let work = Work::Column {
+            group,
+            input: &tensor,
+            out_shape: &out.shape,
+        };
+        let Some(result) = target.launch(work)?.and_then(|mut o| o.pop()) else {
+            return Ok(false);
+        };
+        drop(tensor);
+        handles.register_handle(out.id, B::float_tensor_handle(result));
+        // The input is freed where its last use was one of the sums, as the sums would have.
+        if group.consumed {
+            handles.remove_handle(input.id);
         }
         Ok(true)
     }

@@ -106,6 +106,7 @@ fn walk<B: BackendIr>(
             Launch::Attention { group, .. } => {
                 inner.attention(ops, &plan.attention[*group as usize])
             }
+            Launch::Column { group, .. } => inner.column(ops, &plan.column[*group as usize]),
             Launch::Release { op, inputs } => release(inner, &ops[*op as usize], inputs),
             Launch::Alias { op, of, inputs } => {
                 let (repeat, original) = (&ops[*op as usize], &ops[*of as usize]);
@@ -128,6 +129,7 @@ fn walk<B: BackendIr>(
                 Launch::Horizontal { .. } => "kernel (horizontal)",
                 Launch::Matmul { .. } => "library matmul",
                 Launch::Attention { .. } => "attention",
+                Launch::Column { .. } => "column sum",
                 Launch::Release { .. } | Launch::Alias { .. } => "release",
             };
             crate::profile::record(label, elapsed);

@@ -3,7 +3,7 @@
 
 use TensorStatus::*;
 use burn::tensor::{Tensor, TensorData, Tolerance};
-use burn_backend::DType;
+use burn_backend::{DType, TensorMetadata};
 use burn_compile_graph::KeyWriter;
 use burn_compile_runtime::targets::{KernelTarget, Lowering, Work};
 use burn_compile_runtime::{Binding, Executable, InnerDevice, Launch, ScalarSource, execute};
@@ -13,7 +13,10 @@ use std::sync::{Arc, Mutex};
 
 #[path = "../../schedule/tests/support/mod.rs"]
 mod support;
-use support::{add, add_scalar, linear, mul_scalar, plan, plan_with, relu};
+use support::{
+    add, add_scalar, linear, linear_bias_backward, mul_scalar, plan, plan_with, plan_with_columns,
+    relu, sum_dim,
+};
 include!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../snapshots/assert.rs"
@@ -117,6 +120,7 @@ enum Offered {
     Kernel { inputs: usize, scalars: Vec<f64> },
     Horizontal { members: usize },
     Matmul { inputs: usize, residual: bool },
+    Column { dims: [usize; 3], input: Vec<usize> },
 }
 
 /// A target that takes every kernel and library matmul when the plan is lowered, records each
@@ -150,6 +154,10 @@ impl KernelTarget<FlexTensor> for Recording {
             },
             Work::Horizontal { kernels } => Offered::Horizontal {
                 members: kernels.len(),
+            },
+            Work::Column { group, input, .. } => Offered::Column {
+                dims: group.dims,
+                input: input.shape().to_vec(),
             },
             Work::Attention { .. } | Work::ReshapeCopy { .. } => return Ok(None),
         };
@@ -310,4 +318,56 @@ fn a_declined_horizontal_launch_falls_back_to_its_members() {
         let got = burn_std::future::block_on(inner.read(&out)).unwrap();
         got.assert_approx_eq::<f32>(&TensorData::new(expected, shape), Tolerance::default());
     }
+}
+
+/// A bias gradient and a layer norm's γ gradient (`[2, 3, 4]` summed over its first two
+/// dimensions, one at a time): two column sums, the second in place of both of its sums.
+fn gradient_sums() -> Vec<OperationIr> {
+    vec![
+        linear_bias_backward(t(1, &[2, 3, 4], ReadOnly), 2),
+        sum_dim(t(1, &[2, 3, 4], ReadWrite), 0, 3),
+        sum_dim(t(3, &[1, 3, 4], ReadWrite), 1, 4),
+    ]
+}
+
+/// Column sums lower to one launch each binding the first sum's input and the last sum's
+/// output; offered to a target that declines them, the sums run on the inner backend and give
+/// eager Flex's values.
+#[test]
+fn column_sums_lower_to_one_launch_each_and_fall_back_to_the_sums() {
+    let ops = gradient_sums();
+    let plan = Arc::new(plan_with_columns(&ops));
+    let executable = Executable::lower(&plan, &ops);
+    assert_stage_snapshot!(
+        "runtime",
+        "column_sums",
+        executable.to_string(),
+        "gradient_sums(): a bias gradient of [2, 3, 4], then the same tensor summed over 0 and 1"
+    );
+    assert_eq!(executable.launches.len(), 2);
+
+    let target = Arc::new(Recording::default());
+    let inner = InnerDevice::<Flex>::with_target(FlexDevice, Some(target.clone()));
+    let values: Vec<f32> = (0..24).map(|j| ((j * 5) % 7) as f32 - 3.0).collect();
+    inner.register_data(TensorId::new(1), TensorData::new(values.clone(), [2, 3, 4]));
+    execute(&inner, KeyWriter::new().key(), ops.clone(), &plan);
+    assert_eq!(
+        *target.0.lock().unwrap(),
+        vec![
+            Offered::Column {
+                dims: [1, 6, 4],
+                input: vec![2, 3, 4]
+            },
+            Offered::Column {
+                dims: [1, 6, 4],
+                input: vec![2, 3, 4]
+            },
+        ]
+    );
+    let x = Tensor::<Flex, 3>::from_data(TensorData::new(values, [2, 3, 4]), &FlexDevice);
+    let want = x.sum_dim(0).sum_dim(1);
+    let bias = burn_std::future::block_on(inner.read(&t(2, &[4], ReadWrite))).unwrap();
+    bias.assert_approx_eq::<f32>(&want.clone().reshape([4]).into_data(), Tolerance::default());
+    let gamma = burn_std::future::block_on(inner.read(&t(4, &[1, 1, 4], ReadWrite))).unwrap();
+    gamma.assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
 }

@@ -11,9 +11,9 @@ mod kernel;
 mod memory;
 
 pub use fusers::{
-    AttentionGroup, FusedGroup, Gemm, GemmOperand, HorizontalGroup, MAX_HORIZONTAL_BUFFERS,
-    MatmulGroup, MatmulKind, Residual, Slot, attention_groups, fused_groups, gemm, matmul_groups,
-    scalar_operand, scale_alpha,
+    AttentionGroup, ColumnGroup, FusedGroup, Gemm, GemmOperand, HorizontalGroup,
+    MAX_HORIZONTAL_BUFFERS, MatmulGroup, MatmulKind, Residual, Slot, attention_groups,
+    column_groups, fused_groups, gemm, matmul_groups, scalar_operand, scale_alpha,
 };
 pub use kernel::{BinaryOp, Constant, FusedKernel, Instr, ReduceOp, RowLayout, UnaryOp};
 pub use memory::{MemoryPlan, memory_plan};
@@ -47,6 +47,9 @@ pub enum Step {
     /// Attention group `group` of [`Plan::attention`]: one attention kernel in place of its
     /// parts (or the parts themselves where the target cannot take the call).
     Attention { group: u32 },
+    /// Column group `group` of [`Plan::column`]: one column-sum kernel in place of its sums (or
+    /// the sums themselves where the target cannot take the call).
+    Column { group: u32 },
     /// Operation `op` repeats operation `of` (a common subexpression): its outputs share
     /// `of`'s results, then the inputs it consumed in place are freed (positions in
     /// `op.inputs()` order).
@@ -75,6 +78,9 @@ pub struct Plan {
     /// The attention kernels, referred to by [`Step::Attention`].
     #[serde(default)]
     pub attention: Vec<AttentionGroup>,
+    /// The column sums, referred to by [`Step::Column`].
+    #[serde(default)]
+    pub column: Vec<ColumnGroup>,
     /// Where the intermediates of generated kernels and library matmuls live.
     #[serde(default)]
     pub memory: MemoryPlan,
@@ -130,8 +136,13 @@ impl Plan {
         self.attention.len()
     }
 
+    /// Number of column-sum kernels.
+    pub fn column_kernels(&self) -> usize {
+        self.column.len()
+    }
+
     /// One line per generated kernel (its kind, iteration shape, what it fused), then one per
-    /// library matmul, then one per attention kernel.
+    /// library matmul, one per attention kernel and one per column sum.
     pub fn kernel_summaries(&self) -> Vec<String> {
         self.fused
             .iter()
@@ -139,6 +150,7 @@ impl Plan {
             .chain(self.horizontal.iter().map(|h| h.summary(&self.fused)))
             .chain(self.matmul.iter().map(MatmulGroup::summary))
             .chain(self.attention.iter().map(AttentionGroup::summary))
+            .chain(self.column.iter().map(ColumnGroup::summary))
             .collect()
     }
 }
@@ -169,6 +181,10 @@ pub struct ScheduleOptions<'a> {
     /// Run `softmax(q @ kᵀ / √d) @ v` as one attention kernel, each kept only when the target
     /// accepts it. `None`: the parts run as the other steps schedule them.
     pub attention: Option<&'a dyn Fn(&AttentionGroup) -> bool>,
+    /// Run sums over leading dimensions (bias gradients, gradients of broadcast operands) as
+    /// column-sum kernels, each kept only when the target accepts it. `None`: the inner
+    /// backend's reductions. Not in symbolic plans.
+    pub column: Option<&'a dyn Fn(&ColumnGroup) -> bool>,
     /// Place the intermediates of generated kernels and library matmuls in the slots of one
     /// buffer per replay, by liveness ([`memory_plan`]).
     pub memory_planning: bool,
@@ -239,6 +255,7 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         horizontal: claims.horizontal,
         matmul: claims.matmul,
         attention: claims.attention,
+        column: claims.column,
         memory: MemoryPlan::default(),
         symbolic: !options.symbolic_sizes.is_empty(),
     };

@@ -221,6 +221,12 @@ pub fn memory_plan(ops: &[OperationIr], plan: &Plan) -> MemoryPlan {
                     inner_op(&mut values, &ops[i as usize], k);
                 }
             }
+            Step::Column { group } => {
+                // Likewise: the kernel, or the sums on the inner backend.
+                for i in plan.column[*group as usize].all_ops() {
+                    inner_op(&mut values, &ops[i as usize], k);
+                }
+            }
         }
     }
 

@@ -234,6 +234,7 @@ fn a_target_that_refuses_the_call_keeps_the_parts() {
             horizontal: false,
             matmul: None,
             attention: Some(refuse),
+            column: None,
             memory_planning: true,
             symbolic_sizes: &[],
         },

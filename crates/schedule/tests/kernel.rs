@@ -221,6 +221,7 @@ fn plan_of(
         horizontal: false,
         matmul: None,
         attention: None,
+        column: None,
         memory_planning: true,
         symbolic_sizes: &[],
     };
@@ -633,6 +634,7 @@ fn a_repeated_op_run_alone_shares_the_first_result() {
         horizontal: false,
         matmul: None,
         attention: None,
+        column: None,
         memory_planning: true,
         symbolic_sizes: &[],
     };
@@ -666,6 +668,7 @@ fn plan_within(ops: &[OperationIr], max_kernel_buffers: usize) -> burn_compile_s
             horizontal: false,
             matmul: None,
             attention: None,
+            column: None,
             memory_planning: true,
             symbolic_sizes: &[],
         },
@@ -948,6 +951,7 @@ fn symbolic_sizes_make_a_groups_dimensions_dynamic() {
         horizontal: false,
         matmul: None,
         attention: None,
+        column: None,
         memory_planning: false,
         symbolic_sizes: symbolic,
     };

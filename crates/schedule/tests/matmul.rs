@@ -273,6 +273,7 @@ fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
             horizontal: false,
             matmul: Some(refuse),
             attention: None,
+            column: None,
             memory_planning: true,
             symbolic_sizes: &[],
         },

@@ -360,7 +360,10 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
             Work::Horizontal { kernels } => self.horizontal(kernels),
             // The backend's own matmul and attention; a reshape that needs a copy copies in
             // the backend's own kernel.
-            Work::Matmul { .. } | Work::Attention { .. } | Work::ReshapeCopy { .. } => Ok(None),
+            Work::Matmul { .. }
+            | Work::Attention { .. }
+            | Work::ReshapeCopy { .. }
+            | Work::Column { .. } => Ok(None),
         }
     }
 

@@ -15,7 +15,7 @@ mod cublaslt;
 mod cuda_graph;
 
 use burn_backend::DType;
-use burn_compile_schedule::{AttentionGroup, FusedKernel, MatmulGroup};
+use burn_compile_schedule::{AttentionGroup, ColumnGroup, FusedKernel, MatmulGroup};
 use burn_std::Shape;
 use std::any::Any;
 use std::sync::Arc;
@@ -40,6 +40,8 @@ pub enum Lowering<'a> {
     Matmul(&'a MatmulGroup),
     /// `softmax(q @ kᵀ / √d) @ v` as one kernel.
     Attention(&'a AttentionGroup),
+    /// A chain of sums over leading dimensions as one column-sum kernel.
+    Column(&'a ColumnGroup),
 }
 
 /// One launch of a replay, over the inner backend's tensors.
@@ -83,6 +85,14 @@ pub enum Work<'a, T> {
     /// cannot express the new shape: attention's context, its heads swapped back), copied by a
     /// generated kernel.
     ReshapeCopy { input: &'a T, shape: &'a Shape },
+    /// `input` summed as `group.dims` says (`[outer, reduced, inner]` over its middle
+    /// dimension) into a new contiguous tensor of `out_shape`. `Ok(None)`: not taken (an
+    /// input that is not contiguous); the caller runs the sums.
+    Column {
+        group: &'a ColumnGroup,
+        input: &'a T,
+        out_shape: &'a Shape,
+    },
 }
 
 /// What runs a device's executables on its inner backend's tensors (of type `T`): CubeCL on
@@ -330,8 +340,11 @@ mod cube {
     use super::{KernelTarget, Lowering, Work};
     use burn_backend::ops::AttentionModuleOptions;
     use burn_backend::{DType, ElementConversion};
-    use burn_compile_codegen::{LaunchLayout, launch_horizontal, launch_pointwise, widest_aligned};
-    use burn_compile_schedule::{AttentionGroup, FusedKernel, Instr};
+    use burn_compile_codegen::{
+        ColumnDims, LaunchLayout, launch_column_sum, launch_horizontal, launch_pointwise,
+        widest_aligned,
+    };
+    use burn_compile_schedule::{AttentionGroup, ColumnGroup, FusedKernel, Instr};
     use burn_cubecl::CubeRuntime;
     use burn_cubecl::cubecl::ScalarArgType;
     use burn_cubecl::cubecl::client::ComputeClient;
@@ -947,6 +960,57 @@ mod cube {
             ))
         }
 
+        /// The column sum of `group` over `input` into a new tensor of `out_shape`; `None` when
+        /// `input` is not contiguous (the kernel reads it as `[outer, reduced, inner]`).
+        pub(super) fn column_sum(
+            &self,
+            group: &ColumnGroup,
+            input: &CubeTensor<R>,
+            out_shape: &Shape,
+        ) -> Result<Option<CubeTensor<R>>, String> {
+            let [outer, reduced, inner] = group.dims;
+            let dims = ColumnDims {
+                outer,
+                reduced,
+                inner,
+            };
+            if input.qparams.is_some()
+                || input.dtype != group.dtype
+                || !self.dtypes.contains(&input.dtype)
+                || !input.is_contiguous()
+                || input.meta.shape().num_elements() != dims.elements()
+                || out_shape.num_elements() != dims.columns()
+            {
+                return Ok(None);
+            }
+            let out = empty_device_contiguous_dtype(
+                input.client.clone(),
+                input.device.clone(),
+                out_shape.clone(),
+                input.dtype,
+            );
+            let (client, from, to) = (&input.client, input.handle.clone(), out.handle.clone());
+            // CubeCL compiles a kernel at its first launch and panics when the compiler refuses
+            // it: reported to the caller, which runs the sums.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: `input` is contiguous with `dims.elements()` elements (checked above)
+                // and `out` was allocated with `dims.columns()`.
+                unsafe {
+                    match input.dtype {
+                        DType::F32 | DType::Flex32 => {
+                            launch_column_sum::<R, f32>(client, dims, from, to)
+                        }
+                        DType::F16 => launch_column_sum::<R, half::f16>(client, dims, from, to),
+                        DType::BF16 => launch_column_sum::<R, half::bf16>(client, dims, from, to),
+                        DType::F64 => launch_column_sum::<R, f64>(client, dims, from, to),
+                        other => panic!("the plan only keeps accepted column sums, not {other:?}"),
+                    }
+                }
+            }))
+            .map(|_| Some(out))
+            .map_err(|payload| crate::panic_message(&*payload))
+        }
+
         pub(super) fn accepts_attention(&self, group: &AttentionGroup) -> bool {
             self.dtypes.contains(&group.dtype)
         }
@@ -1034,6 +1098,7 @@ mod cube {
             match work {
                 Lowering::Kernel(kernel) => self.accepts(kernel),
                 Lowering::Attention(group) => self.accepts_attention(group),
+                Lowering::Column(group) => self.dtypes.contains(&group.dtype),
                 Lowering::Matmul(_) => false,
             }
         }
@@ -1071,6 +1136,13 @@ mod cube {
                     Ok(self.reshape_copy(input, shape).map(|out| vec![out]))
                 }
                 Work::Horizontal { kernels } => self.horizontal(kernels),
+                Work::Column {
+                    group,
+                    input,
+                    out_shape,
+                } => Ok(self
+                    .column_sum(group, input, out_shape)?
+                    .map(|out| vec![out])),
                 Work::Matmul { .. } => Ok(None),
             }
         }

@@ -253,6 +253,7 @@ fn step_places(ops: &[OperationIr], claims: &Claims) -> Vec<usize> {
                 }
                 Step::Matmul { group } => claims.matmul[*group as usize].ops().collect(),
                 Step::Attention { group } => claims.attention[*group as usize].ops().collect(),
+                Step::Column { group } => claims.column[*group as usize].all_ops().collect(),
                 Step::Eager { op } | Step::Activation { op, .. } => vec![*op],
                 Step::Release { op, .. } | Step::Alias { op, .. } => vec![*op],
                 Step::Horizontal { .. } => Vec::new(),

@@ -4,11 +4,13 @@
 //! code generation, and its lowering in the runtime.
 
 mod attention;
+mod column;
 mod horizontal;
 mod kernel;
 mod matmul;
 
 pub use attention::{AttentionGroup, attention_groups};
+pub use column::{ColumnGroup, column_groups};
 pub use horizontal::{HorizontalGroup, MAX_HORIZONTAL_BUFFERS};
 pub use kernel::{FusedGroup, Slot, fused_groups, scalar_operand};
 pub use matmul::{
@@ -28,6 +30,7 @@ pub(crate) struct Claims {
     /// The steps that run at each position in place of claimed operations.
     pub steps_at: Vec<Vec<Step>>,
     pub attention: Vec<AttentionGroup>,
+    pub column: Vec<ColumnGroup>,
     pub matmul: Vec<MatmulGroup>,
     pub fused: Vec<FusedGroup>,
     pub horizontal: Vec<HorizontalGroup>,
@@ -41,6 +44,7 @@ impl Claims {
             claimed: vec![false; n],
             steps_at: vec![Vec::new(); n],
             attention: Vec::new(),
+            column: Vec::new(),
             matmul: Vec::new(),
             fused: Vec::new(),
             horizontal: Vec::new(),
@@ -58,10 +62,12 @@ pub(crate) trait Fuser: Sync {
 
 /// The fusers, in the order they are tried: attention first (its products and softmax are not
 /// the other kinds'), library matmuls next (the operations of an epilogue are not a generated
-/// kernel's), generated kernels next, and last the horizontal groups of generated kernels.
+/// kernel's), column sums next (a bias gradient is the matmuls' only where they fuse it),
+/// generated kernels next, and last the horizontal groups of generated kernels.
 pub(crate) static FUSERS: &[&dyn Fuser] = &[
     &attention::AttentionFuser,
     &matmul::MatmulFuser,
+    &column::ColumnFuser,
     &kernel::KernelFuser,
     &horizontal::HorizontalFuser,
 ];

@@ -5,12 +5,12 @@
 use burn_backend::{DType, Shape};
 use burn_compile_graph::Activation;
 use burn_compile_schedule::{
-    AttentionGroup, FusedKernel, MatmulGroup, Plan, ScheduleOptions, schedule,
+    AttentionGroup, ColumnGroup, FusedKernel, MatmulGroup, Plan, ScheduleOptions, schedule,
 };
 use burn_ir::{
-    BaseOperationIr, BinaryOpIr, CustomOpIr, FloatOperationIr, LinearOpIr, MatmulOpIr,
-    ModuleOperationIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, ShapeOpIr, TensorId,
-    TensorIr, TensorStatus, UnaryOpIr,
+    BaseOperationIr, BinaryOpIr, CustomOpIr, FloatOperationIr, LinearBiasBackwardOpIr, LinearOpIr,
+    MatmulOpIr, ModuleOperationIr, NumericOperationIr, OperationIr, ReduceDimOpIr, ScalarIr,
+    ScalarOpIr, ShapeOpIr, TensorId, TensorIr, TensorStatus, UnaryOpIr,
 };
 
 pub fn tensor(id: u64, shape: &[usize], status: TensorStatus, dtype: DType) -> TensorIr {
@@ -153,10 +153,55 @@ fn every<T>(_: &T) -> bool {
     true
 }
 
+/// `id = sum_dim(input, axis)` (the axis kept, of size 1).
+pub fn sum_dim(input: TensorIr, axis: usize, id: u64) -> OperationIr {
+    let mut shape = input.shape.to_vec();
+    shape[axis] = 1;
+    let (dtype, out) = (input.dtype, out_like(&input, id, &shape));
+    OperationIr::NumericFloat(
+        dtype,
+        NumericOperationIr::SumDim(ReduceDimOpIr {
+            input,
+            out,
+            axis,
+            accumulator_len: 1,
+        }),
+    )
+}
+
+/// `id = linear_bias_backward(output_grad)`: the gradient summed over every dimension but the
+/// last, of shape `[features]`.
+pub fn linear_bias_backward(output_grad: TensorIr, id: u64) -> OperationIr {
+    let features = *output_grad.shape.last().expect("a rank of at least 1");
+    let out = out_like(&output_grad, id, &[features]);
+    OperationIr::Module(ModuleOperationIr::LinearBiasBackward(
+        LinearBiasBackwardOpIr { output_grad, out },
+    ))
+}
+
 /// The graph's plan with every pass and generated kernel on, library matmuls and attention as
-/// asked (the target accepting every call), no horizontal fusion.
+/// asked (the target accepting every call), no horizontal fusion, no column sums.
 pub fn plan(ops: &[OperationIr], matmul: bool, attention: bool) -> Plan {
     plan_with(ops, matmul, attention, false, usize::MAX)
+}
+
+/// [`plan`] with column sums (the target accepting every one).
+pub fn plan_with_columns(ops: &[OperationIr]) -> Plan {
+    schedule(
+        ops,
+        ScheduleOptions {
+            dead_code_elimination: true,
+            common_subexpressions: true,
+            fused: Some(&every::<FusedKernel>),
+            max_kernel_buffers: usize::MAX,
+            horizontal: false,
+            matmul: None,
+            attention: None,
+            column: Some(&every::<ColumnGroup>),
+            memory_planning: true,
+            symbolic_sizes: &[],
+        },
+    )
 }
 
 /// [`plan`] with horizontal fusion as asked, within `max_kernel_buffers` per kernel.
@@ -177,8 +222,14 @@ pub fn plan_with(
             horizontal,
             matmul: matmul.then_some(&every::<MatmulGroup>),
             attention: attention.then_some(&every::<AttentionGroup>),
+            column: None,
             memory_planning: true,
             symbolic_sizes: &[],
         },
     )
+}
+
+/// The drop of `t` (`t`'s status as the drop reads it: `ReadWrite`).
+pub fn drop(t: TensorIr) -> OperationIr {
+    OperationIr::Drop(t)
 }
