@@ -187,21 +187,7 @@ pub fn plan(ops: &[OperationIr], matmul: bool, attention: bool) -> Plan {
 
 /// [`plan`] with column sums (the target accepting every one).
 pub fn plan_with_columns(ops: &[OperationIr]) -> Plan {
-    schedule(
-        ops,
-        ScheduleOptions {
-            dead_code_elimination: true,
-            common_subexpressions: true,
-            fused: Some(&every::<FusedKernel>),
-            max_kernel_buffers: usize::MAX,
-            horizontal: false,
-            matmul: None,
-            attention: None,
-            column: Some(&every::<ColumnGroup>),
-            memory_planning: true,
-            symbolic_sizes: &[],
-        },
-    )
+    plan_of(ops, false, false, false, usize::MAX, true)
 }
 
 /// [`plan`] with horizontal fusion as asked, within `max_kernel_buffers` per kernel.
@@ -211,6 +197,17 @@ pub fn plan_with(
     attention: bool,
     horizontal: bool,
     max_kernel_buffers: usize,
+) -> Plan {
+    plan_of(ops, matmul, attention, horizontal, max_kernel_buffers, false)
+}
+
+fn plan_of(
+    ops: &[OperationIr],
+    matmul: bool,
+    attention: bool,
+    horizontal: bool,
+    max_kernel_buffers: usize,
+    column: bool,
 ) -> Plan {
     schedule(
         ops,
@@ -222,7 +219,7 @@ pub fn plan_with(
             horizontal,
             matmul: matmul.then_some(&every::<MatmulGroup>),
             attention: attention.then_some(&every::<AttentionGroup>),
-            column: None,
+            column: column.then_some(&every::<ColumnGroup>),
             memory_planning: true,
             symbolic_sizes: &[],
         },
