@@ -198,7 +198,14 @@ pub fn plan_with(
     horizontal: bool,
     max_kernel_buffers: usize,
 ) -> Plan {
-    plan_of(ops, matmul, attention, horizontal, max_kernel_buffers, false)
+    plan_of(
+        ops,
+        matmul,
+        attention,
+        horizontal,
+        max_kernel_buffers,
+        false,
+    )
 }
 
 fn plan_of(
