@@ -900,8 +900,51 @@ fn compile_cuda(
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     CudaCompiler::default()
         .compile(definition, &options, ExecutionMode::Unchecked, address)
-        .map(|k| sorted_vector_types(&k.to_string()))
+        .map(|k| sorted_declarations(&sorted_vector_types(&k.to_string())))
         .map_err(|e| CodegenError::Compile(format!("{e:?}")))
+}
+
+/// The number of a declaration line of a mutable register without initializer (`float
+/// l_mut_3;` in CUDA, `var l_mut_3: f32;` in WGSL), if `line` is one.
+fn declared_register(line: &str) -> Option<u32> {
+    let line = line.trim_end();
+    if !line.ends_with(';') || line.contains('=') {
+        return None;
+    }
+    let at = line.find("l_mut_")?;
+    let digits: String = line[at + 6..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    let rest = &line[at + 6 + digits.len()..];
+    let declaration = rest == ";" || rest.starts_with(": ");
+    declaration.then(|| digits.parse().ok()).flatten()
+}
+
+/// `source` with its runs of mutable-register declarations in register order. CubeCL's
+/// compilers collect a function's mutable registers in a hash set and declare them in its
+/// iteration order, which changes between runs (seen in the column sum's WGSL: `l_mut_3` and
+/// `l_mut_9` swapped); a declaration without initializer does not depend on its neighbours, so
+/// sorting makes the text deterministic for review.
+fn sorted_declarations(source: &str) -> String {
+    let lines: Vec<&str> = source.split_inclusive('\n').collect();
+    let mut out = String::with_capacity(source.len());
+    let mut i = 0;
+    while i < lines.len() {
+        let mut run: Vec<(u32, &str)> = Vec::new();
+        while let Some(n) = lines.get(i).and_then(|l| declared_register(l)) {
+            run.push((n, lines[i]));
+            i += 1;
+        }
+        if run.is_empty() {
+            out.push_str(lines[i]);
+            i += 1;
+        } else {
+            run.sort_by_key(|(n, _)| *n);
+            out.extend(run.into_iter().map(|(_, l)| l));
+        }
+    }
+    out
 }
 
 /// `source` with its runs of vector type definitions (`struct __align__(…) name { … };`) in
@@ -979,6 +1022,27 @@ fn compile_wgsl(
             ExecutionMode::Unchecked,
             address,
         )
-        .map(|k| k.to_string())
+        .map(|k| sorted_declarations(&k.to_string()))
         .map_err(|e| CodegenError::Compile(format!("{e:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sorted_declarations;
+
+    /// The declarations of a function's mutable registers come out in register order whatever
+    /// order the compiler printed them in (it iterates a hash set); nothing else moves.
+    #[test]
+    fn register_declarations_are_sorted_and_nothing_else_moves() {
+        let wgsl = "fn f() {\nvar l_mut_9: u32;\nvar l_mut_3: f32;\nl_mut_3 = f32(0.0);\nlet b = 1u;\nlet a = 2u;\n}\n";
+        assert_eq!(
+            sorted_declarations(wgsl),
+            "fn f() {\nvar l_mut_3: f32;\nvar l_mut_9: u32;\nl_mut_3 = f32(0.0);\nlet b = 1u;\nlet a = 2u;\n}\n"
+        );
+        let cuda = "uint32 l_mut_12;\nfloat l_mut_3;\nl_mut_3 = float(0.0);\n";
+        assert_eq!(
+            sorted_declarations(cuda),
+            "float l_mut_3;\nuint32 l_mut_12;\nl_mut_3 = float(0.0);\n"
+        );
+    }
 }

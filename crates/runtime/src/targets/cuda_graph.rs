@@ -104,6 +104,23 @@ fn span(t: &Tensor) -> u64 {
     t.handle.size_in_used()
 }
 
+/// Bytes from a tensor's first element to the end of its last (its shape through its strides):
+/// what a recording copies. Not the handle's span: a pooled buffer may be larger than its
+/// tensor, and two tensors of one shape may sit in buffers of different sizes (seen on the GPU
+/// suite: 64 and 256 bytes for one `[16]` f32 tensor), which must not cost a new recording.
+fn needed(t: &Tensor) -> u64 {
+    let (shape, strides) = (t.meta.shape(), t.meta.strides());
+    if shape.iter().any(|&d| d == 0) {
+        return 0;
+    }
+    let last: usize = shape
+        .iter()
+        .zip(strides.iter())
+        .map(|(&d, &s)| (d - 1) * s)
+        .sum();
+    ((last + 1) * t.dtype.size()) as u64
+}
+
 impl CudaGraphs {
     pub(super) fn new(client: ComputeClient<CudaRuntime>) -> Self {
         Self { client }
@@ -166,7 +183,7 @@ impl GraphRecorder for CudaGraphs {
             .iter()
             .map(|t| tensor(*t))
             .collect::<Result<Vec<_>, _>>()?;
-        let sizes: Vec<u64> = inputs.iter().chain(&outputs).map(|t| span(t)).collect();
+        let sizes: Vec<u64> = inputs.iter().chain(&outputs).map(|t| needed(t)).collect();
         let buffers = inputs
             .iter()
             .chain(&outputs)
@@ -246,9 +263,10 @@ impl GraphRecorder for CudaGraphs {
         let mut bindings = Vec::with_capacity(inputs.len() + outputs.len());
         for (t, (_, bytes)) in inputs.iter().zip(&own.inputs) {
             let t = tensor(*t)?;
-            if span(t) != *bytes {
+            if needed(t) != *bytes || span(t) < *bytes {
                 return Err(format!(
-                    "an input spans {} bytes, {bytes} when recorded",
+                    "an input holds {} bytes in a buffer of {}, {bytes} when recorded",
+                    needed(t),
                     span(t)
                 ));
             }
