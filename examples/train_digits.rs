@@ -2,8 +2,8 @@
 //! burn-train's `Learner`, as a Burn user trains: the UCI handwritten digits
 //! (`examples/data/digits.csv.gz`, 1,797 images of 8×8 pixels, CC BY 4.0; see
 //! `examples/data/README.md`), a train/validation split, a `DataLoader`, Adam, loss and
-//! accuracy metrics, checkpoints (the Learner's file checkpointer, on a thread of its own), the
-//! learner's summary.
+//! accuracy metrics, checkpoints (the Learner's file checkpointer, on a thread of its own), early
+//! stopping on the validation loss, one progress line per split, the learner's summary.
 //!
 //! First the first five Adam steps run on `Autodiff<Compiled<Flex>>` and on plain
 //! `Autodiff<Flex>` from the same weights and batches: their losses must be equal within f32's
@@ -15,7 +15,7 @@
 //! validation loss did not decrease.
 //!
 //! ```text
-//! cargo run --release -p burn-compile-examples --example train_digits [-- --epochs N]
+//! cargo run --release -p burn-compile-examples --example train_digits [-- --epochs N] [--patience N]
 //! ```
 
 use burn::data::dataloader::{DataLoaderBuilder, batcher::Batcher};
@@ -29,19 +29,23 @@ use burn::optim::AdamConfig;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use burn::train::metric::store::{Aggregate, Direction, EventStoreClient, Split};
 use burn::train::metric::{AccuracyMetric, LossMetric, MetricDefinition};
 use burn::train::renderer::{
     EvaluationName, EvaluationProgress, MetricState, MetricsRenderer, MetricsRendererEvaluation,
     MetricsRendererTraining, ProgressType, TrainingProgress,
 };
 use burn::train::{
-    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
+    ClassificationOutput, EarlyStoppingStrategy, InferenceStep, Learner,
+    MetricEarlyStoppingStrategy, StoppingCondition, SupervisedTraining, TrainOutput, TrainStep,
 };
 use burn_compile::Compiled;
 use burn_compile_examples::{CollectWeights, load_weights};
 use burn_flex::{Flex, FlexDevice};
 use std::io::Read;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 type Ad<B> = burn::backend::Autodiff<B>;
@@ -308,6 +312,23 @@ struct Run {
     before: (f64, f64),
     after: (f64, f64),
     seconds_per_epoch: f64,
+    /// Epochs trained (fewer than asked when early stopping ended the run).
+    epochs: usize,
+}
+
+/// Early stopping on the validation loss (no improvement for `patience` epochs), counting the
+/// epochs it saw: the Learner asks it after every epoch, so the last one is how many ran.
+#[derive(Clone)]
+struct CountedStopping {
+    inner: MetricEarlyStoppingStrategy,
+    epochs: Arc<AtomicUsize>,
+}
+
+impl EarlyStoppingStrategy for CountedStopping {
+    fn should_stop(&mut self, epoch: usize, store: &EventStoreClient) -> bool {
+        self.epochs.fetch_max(epoch, Ordering::Relaxed);
+        self.inner.should_stop(epoch, store)
+    }
 }
 
 /// Trains a model with `weights` on `B` through the Learner; evaluates before and after.
@@ -317,6 +338,7 @@ fn train<B: AutodiffBackend>(
     train_items: &[Digit],
     valid_items: &[Digit],
     epochs: usize,
+    patience: usize,
     device: &B::Device,
 ) -> Run {
     let model = load_weights(ResNet::<B>::new(device), weights, device);
@@ -329,15 +351,31 @@ fn train<B: AutodiffBackend>(
         .batch_size(64)
         .build(InMemDataset::new(valid_items.to_vec()));
     let directory = std::env::temp_dir().join(format!("burn-compile-train-digits-{name}"));
+    // The Learner's summary reads every epoch logged in its directory: an earlier run's would
+    // be counted with this one's.
+    let _ = std::fs::remove_dir_all(&directory);
     let learner = Learner::new(model, AdamConfig::new().init(), LEARNING_RATE);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let stopping = CountedStopping {
+        inner: MetricEarlyStoppingStrategy::new(
+            &LossMetric::<B>::new(),
+            Aggregate::Mean,
+            Direction::Lowest,
+            Split::Valid,
+            StoppingCondition::NoImprovementSince { n_epochs: patience },
+        ),
+        epochs: ran.clone(),
+    };
     let started = Instant::now();
     let result = SupervisedTraining::new(&directory, train_loader, valid_loader)
         .metrics((AccuracyMetric::new(), LossMetric::new()))
         .with_file_checkpointer(burn::record::CompactRecorder::new())
         .num_epochs(epochs)
+        .early_stopping(stopping)
         .renderer(ProgressLine { run: name })
         .summary()
         .launch(learner);
+    let epochs = ran.load(Ordering::Relaxed).max(1);
     let seconds_per_epoch = started.elapsed().as_secs_f64() / epochs as f64;
     let after = evaluate(&result.model, valid_items, device);
     Run {
@@ -345,23 +383,30 @@ fn train<B: AutodiffBackend>(
         before,
         after,
         seconds_per_epoch,
+        epochs,
     }
 }
 
 fn main() -> ExitCode {
-    let mut epochs = 4;
+    let (mut epochs, mut patience) = (4, 2);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--epochs" => match args.next().map(|v| v.parse::<usize>()) {
-                Some(Ok(n)) if n > 0 => epochs = n,
+            flag @ ("--epochs" | "--patience") => match args.next().map(|v| v.parse::<usize>()) {
+                Some(Ok(n)) if n > 0 => {
+                    if flag == "--epochs" {
+                        epochs = n
+                    } else {
+                        patience = n
+                    }
+                }
                 _ => {
-                    eprintln!("--epochs takes a positive number");
+                    eprintln!("{flag} takes a positive number");
                     return ExitCode::from(2);
                 }
             },
             _ => {
-                eprintln!("usage: train_digits [--epochs N]");
+                eprintln!("usage: train_digits [--epochs N] [--patience N]");
                 return ExitCode::from(2);
             }
         }
@@ -377,7 +422,8 @@ fn main() -> ExitCode {
     let split = items.len() * 5 / 6;
     let (train_items, valid_items) = items.split_at(split);
     println!(
-        "UCI digits: {} training images, {} for validation; {epochs} epochs",
+        "UCI digits: {} training images, {} for validation; up to {epochs} epochs (stopping \
+         after {patience} without a lower validation loss)",
         train_items.len(),
         valid_items.len()
     );
@@ -407,6 +453,7 @@ fn main() -> ExitCode {
             train_items,
             valid_items,
             epochs,
+            patience,
             &device,
         ),
         train::<Ad<Flex>>(
@@ -415,18 +462,26 @@ fn main() -> ExitCode {
             train_items,
             valid_items,
             epochs,
+            patience,
             &device,
         ),
     ];
     println!();
     for r in &runs {
         println!(
-            "{:<9} validation loss {:.4} → {:.4}, accuracy {:.1} % → {:.1} %, {:.2} s per epoch",
+            "{:<9} validation loss {:.4} → {:.4}, accuracy {:.1} % → {:.1} %, {} epoch(s){}, \
+             {:.2} s per epoch",
             r.name,
             r.before.0,
             r.after.0,
             r.before.1 * 100.0,
             r.after.1 * 100.0,
+            r.epochs,
+            if r.epochs < epochs {
+                " (stopped early)"
+            } else {
+                ""
+            },
             r.seconds_per_epoch
         );
     }
