@@ -128,15 +128,13 @@ where
 }
 
 fn main() -> ExitCode {
-    let o = match BenchOptions::parse(SYSTEMS) {
+    let o = match BenchOptions::parse_or_usage(
+        SYSTEMS,
+        "w2_bench [--dtypes f32|bf16] [--iters N] [--warmup N] [--small] [--out FILE] \
+         [--systems S,…]",
+    ) {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!(
-                "error: {e}\nusage: w2_bench [--dtypes f32|bf16] [--iters N] [--warmup N] \
-                 [--small] [--out FILE] [--systems S,…]"
-            );
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let (config, batch, workload) = if o.small {
         let small = GptConfig {
@@ -171,7 +169,7 @@ fn main() -> ExitCode {
             .find(|f| f.system == system)
             .map(|f| f.first_loss)
     };
-    let failed = !o.first_losses_agree(loss("burn-eager"), loss("burn-compile"));
+    let agree = o.first_losses_agree(loss("burn-eager"), loss("burn-compile"));
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| "unknown".into());
     let lines: Vec<String> = figures
         .iter()
@@ -191,13 +189,5 @@ fn main() -> ExitCode {
             )
         })
         .collect();
-    if let Err(e) = o.emit(&lines) {
-        eprintln!("error: {e}");
-        return ExitCode::FAILURE;
-    }
-    if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    o.finish(&lines, agree)
 }

@@ -279,15 +279,13 @@ where
 }
 
 fn main() -> ExitCode {
-    let o = match BenchOptions::parse(SYSTEMS) {
+    let o = match BenchOptions::parse_or_usage(
+        SYSTEMS,
+        "w3_bench [--dtypes f32|bf16] [--iters N] [--warmup N] [--small] [--out FILE] \
+         [--systems S,…]",
+    ) {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!(
-                "error: {e}\nusage: w3_bench [--dtypes f32|bf16] [--iters N] [--warmup N] \
-                 [--small] [--out FILE] [--systems S,…]"
-            );
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let (shape, workload) = if o.small {
         (SMALL, "W3-small")
@@ -314,7 +312,7 @@ fn main() -> ExitCode {
             .find(|f| f.system == system && f.phase == "train")
             .and_then(|f| f.first_loss)
     };
-    let failed = !o.first_losses_agree(loss("burn-eager"), loss("burn-compile"));
+    let agree = o.first_losses_agree(loss("burn-eager"), loss("burn-compile"));
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| "unknown".into());
     let lines: Vec<String> = figures
         .iter()
@@ -333,13 +331,5 @@ fn main() -> ExitCode {
             )
         })
         .collect();
-    if let Err(e) = o.emit(&lines) {
-        eprintln!("error: {e}");
-        return ExitCode::FAILURE;
-    }
-    if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    o.finish(&lines, agree)
 }

@@ -247,6 +247,28 @@ impl BenchOptions {
         }
     }
 
+    /// [`BenchOptions::parse`], or the error and `usage` on stderr and exit code 2.
+    pub fn parse_or_usage(systems: &[&str], usage: &str) -> Result<Self, std::process::ExitCode> {
+        Self::parse(systems).map_err(|e| {
+            eprintln!("error: {e}\nusage: {usage}");
+            std::process::ExitCode::from(2)
+        })
+    }
+
+    /// Emits `lines` ([`BenchOptions::emit`]); a failure when they could not be written or the
+    /// first losses did not `agree`.
+    pub fn finish(&self, lines: &[String], agree: bool) -> std::process::ExitCode {
+        if let Err(e) = self.emit(lines) {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+        if agree {
+            std::process::ExitCode::SUCCESS
+        } else {
+            std::process::ExitCode::FAILURE
+        }
+    }
+
     /// Prints each JSON line and appends it to `--out`'s file.
     pub fn emit(&self, lines: &[String]) -> Result<(), String> {
         use std::io::Write;

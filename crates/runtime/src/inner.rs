@@ -373,10 +373,7 @@ impl<B: BackendIr> InnerDevice<B> {
         into: Option<&B::FloatTensorPrimitive>,
         alpha: f64,
     ) -> Result<bool, String> {
-        let target = self
-            .kernels
-            .as_deref()
-            .expect("a plan with library matmuls is only built for a kernel target");
+        let target = self.plan_target();
         let op = &ops[group.op as usize];
         let out = ops[group.output_op() as usize]
             .outputs()
@@ -495,9 +492,15 @@ impl<B: BackendIr> InnerDevice<B> {
 
     /// The parts of an attention step, one by one (in program order, drops included).
     fn attention_parts(&self, ops: &[OperationIr], group: &AttentionGroup) {
-        let mut parts: Vec<u32> = group.ops().collect();
-        parts.sort_unstable();
-        for p in parts {
+        self.in_program_order(ops, group.ops());
+    }
+
+    /// Operations `positions` of `ops` on the inner backend, in program order: the steps a
+    /// fused step stands for, where its kernel did not run.
+    fn in_program_order(&self, ops: &[OperationIr], positions: impl Iterator<Item = u32>) {
+        let mut positions: Vec<u32> = positions.collect();
+        positions.sort_unstable();
+        for p in positions {
             crate::replay::execute_one(self, ops[p as usize].clone());
         }
     }
@@ -531,10 +534,7 @@ impl<B: BackendIr> InnerDevice<B> {
 
     /// The attention kernel of an attention step; `Ok(false)` when the target has none.
     fn try_attention(&self, ops: &[OperationIr], group: &AttentionGroup) -> Result<bool, String> {
-        let target = self
-            .kernels
-            .as_deref()
-            .expect("a plan with attention kernels is only built for a kernel target");
+        let target = self.plan_target();
         let nth = |op: u32, n: usize| -> &TensorIr {
             ops[op as usize]
                 .inputs()
@@ -594,27 +594,14 @@ impl<B: BackendIr> InnerDevice<B> {
                 crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
             }
         }
-        let mut sums: Vec<u32> = group.all_ops().collect();
-        sums.sort_unstable();
-        for i in sums {
-            crate::replay::execute_one(self, ops[i as usize].clone());
-        }
+        self.in_program_order(ops, group.all_ops());
     }
 
     /// The column-sum kernel of `group`; `Ok(false)` when the target did not take it.
     fn try_column(&self, ops: &[OperationIr], group: &ColumnGroup) -> Result<bool, String> {
-        let target = self
-            .kernels
-            .as_deref()
-            .expect("a plan with column sums is only built for a kernel target");
-        let input = ops[group.input.op as usize]
-            .inputs()
-            .nth(group.input.pos as usize)
-            .expect("the schedule matched this operand");
-        let out = ops[group.output.op as usize]
-            .outputs()
-            .nth(group.output.pos as usize)
-            .expect("a sum has an output");
+        let target = self.plan_target();
+        let input = slot_input(ops, &group.input);
+        let out = slot_output(ops, &group.output);
         let mut handles = self.handles();
         let tensor = float_input::<B>(&mut handles, input);
         if self.inject_failure.load(Ordering::Relaxed) {
@@ -637,6 +624,14 @@ impl<B: BackendIr> InnerDevice<B> {
         Ok(true)
     }
 
+    /// The kernel target a plan's kernel, library-matmul, attention and column-sum steps run
+    /// on: plans hold such steps only where the device has one.
+    fn plan_target(&self) -> &dyn KernelTarget<B::FloatTensorPrimitive> {
+        self.kernels
+            .as_deref()
+            .expect("a plan with kernel steps is only built for a kernel target")
+    }
+
     /// The generated-kernel target of the inner backend, if it has one.
     pub fn kernels(&self) -> Option<&dyn KernelTarget<B::FloatTensorPrimitive>> {
         self.kernels.as_deref()
@@ -653,10 +648,7 @@ impl<B: BackendIr> InnerDevice<B> {
         into: &[Option<&B::FloatTensorPrimitive>],
         scalars: &[f64],
     ) -> Result<bool, String> {
-        let target = self
-            .kernels
-            .as_deref()
-            .expect("a plan with fused kernels is only built for a kernel target");
+        let target = self.plan_target();
         let mut handles = self.handles();
         let inputs: Vec<B::FloatTensorPrimitive> = group
             .inputs
@@ -745,10 +737,7 @@ impl<B: BackendIr> InnerDevice<B> {
         ops: &[OperationIr],
         members: &[Member<'_, B::FloatTensorPrimitive>],
     ) -> Result<bool, String> {
-        let target = self
-            .kernels
-            .as_deref()
-            .expect("a plan with fused kernels is only built for a kernel target");
+        let target = self.plan_target();
         let mut handles = self.handles();
         let inputs: Vec<Vec<B::FloatTensorPrimitive>> = members
             .iter()
@@ -932,6 +921,14 @@ fn slot_input<'a>(ops: &'a [OperationIr], slot: &burn_compile_schedule::Slot) ->
         .expect("slot within the operation")
 }
 
+/// The tensor written at `slot`.
+fn slot_output<'a>(ops: &'a [OperationIr], slot: &burn_compile_schedule::Slot) -> &'a TensorIr {
+    ops[slot.op as usize]
+        .outputs()
+        .nth(slot.pos as usize)
+        .expect("slot within the operation")
+}
+
 /// A fused group's kernel ran: its outputs are registered, the inputs it consumed and its
 /// drops freed.
 fn register_outputs<B: BackendIr>(
@@ -941,10 +938,7 @@ fn register_outputs<B: BackendIr>(
     outputs: Vec<B::FloatTensorPrimitive>,
 ) {
     for (slot, out) in group.outputs.iter().zip(outputs) {
-        let t = ops[slot.op as usize]
-            .outputs()
-            .nth(slot.pos as usize)
-            .expect("slot within the operation");
+        let t = slot_output(ops, slot);
         handles.register_handle(t.id, B::float_tensor_handle(out));
     }
     for (slot, consumed) in group.inputs.iter().zip(&group.consumed) {
