@@ -76,6 +76,8 @@ pub struct KeyWriter {
     in_slice: bool,
     /// The tensor whose fields are being walked (renumbered id).
     tensor: u32,
+    /// Scalar values are written too ([`first_scalar_difference`]).
+    keep_scalars: bool,
 }
 
 /// Where a size of a segment comes from: operation `op` (its position in the segment) names
@@ -246,6 +248,26 @@ impl KeyWriter {
     }
 }
 
+/// The first op at which two recordings of one graph (equal keys) differ in a scalar operand's
+/// value, `None` when every scalar is equal: whether a recorded graph can be replayed with its
+/// scalars as they are.
+pub fn first_scalar_difference(a: &[OperationIr], b: &[OperationIr]) -> Option<usize> {
+    let mut writers = [KeyWriter::new(), KeyWriter::new()];
+    for w in &mut writers {
+        w.keep_scalars = true;
+    }
+    let [wa, wb] = &mut writers;
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        let (from_a, from_b) = (wa.segment.len(), wb.segment.len());
+        wa.push(x);
+        wb.push(y);
+        if wa.segment[from_a..] != wb.segment[from_b..] {
+            return Some(i);
+        }
+    }
+    (a.len() != b.len()).then_some(a.len().min(b.len()))
+}
+
 /// Error type of the key walk (never produced for `OperationIr`).
 #[derive(Debug)]
 pub struct WalkError(String);
@@ -359,7 +381,9 @@ impl ser::Serializer for &mut KeyWriter {
         if name == "ScalarIr" {
             // A scalar's kind is structure, its value is a runtime argument.
             self.scalars += 1;
-            return Ok(());
+            if !self.keep_scalars {
+                return Ok(());
+            }
         }
         value.serialize(self)
     }

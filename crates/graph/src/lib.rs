@@ -11,6 +11,6 @@ mod segment;
 
 pub use activation::Activation;
 pub use inputs::{GraphInput, graph_inputs};
-pub use key::{DimOwner, GraphKey, KeyWriter, OpShape};
+pub use key::{DimOwner, GraphKey, KeyWriter, OpShape, first_scalar_difference};
 pub use listing::{op_listing, op_name};
 pub use segment::Segment;

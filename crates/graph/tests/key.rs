@@ -2,7 +2,7 @@
 //! dtypes and statuses. Backend-free: graphs are built by hand.
 
 use burn_backend::{DType, Shape};
-use burn_compile_graph::{KeyWriter, Segment, op_listing};
+use burn_compile_graph::{KeyWriter, Segment, first_scalar_difference, op_listing};
 use burn_ir::{
     BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, TensorId,
     TensorIr, TensorStatus, UnaryOpIr,
@@ -181,4 +181,28 @@ fn a_drop_keys_no_sizes() {
     let (small, large) = (segment(small), segment(large));
     assert_eq!(small.key(), large.key());
     assert_eq!(small.keys().dims().len(), 14, "the drop adds no size");
+}
+
+#[test]
+fn scalar_differences_are_found_at_their_op_whatever_the_ids() {
+    let a = graph([1, 2, 3, 4], 0.5, [4, 8]);
+    assert_eq!(
+        first_scalar_difference(&a, &graph([51, 52, 53, 54], 0.5, [4, 8])),
+        None
+    );
+    assert_eq!(
+        first_scalar_difference(&a, &graph([51, 52, 53, 54], 0.25, [4, 8])),
+        Some(0)
+    );
+    // The same value as another kind of scalar is another scalar.
+    let mut int = graph([1, 2, 3, 4], 0.5, [4, 8]);
+    if let OperationIr::NumericFloat(_, NumericOperationIr::MulScalar(op)) = &mut int[0] {
+        op.rhs = ScalarIr::Int(0);
+    }
+    assert_eq!(
+        first_scalar_difference(&graph([1, 2, 3, 4], 0.0, [4, 8]), &int),
+        Some(0)
+    );
+    // A shorter recording differs where it ends.
+    assert_eq!(first_scalar_difference(&a, &a[..2]), Some(2));
 }
