@@ -26,7 +26,7 @@
 //! With `CompileConfig::async_execution` off, graphs run on the calling thread instead.
 
 use crate::InnerDevice;
-use crate::replay::execute;
+use crate::replay::{StepBinding, execute};
 use burn_compile_graph::GraphKey;
 use burn_compile_schedule::Plan;
 use burn_ir::{BackendIr, OperationIr};
@@ -41,12 +41,19 @@ use std::thread::ThreadId;
 struct Job {
     /// The graph's cache key (what a kernel build at its end is reported under).
     key: GraphKey,
-    ops: Vec<OperationIr>,
+    ops: JobOps,
     plan: Arc<Plan>,
     /// The thread that recorded the graph.
     owner: ThreadId,
     /// Its stream, where the graph runs.
     stream: StreamId,
+}
+
+/// The ops a job runs: a closed graph's own (handed back emptied), or a step's recording
+/// replayed whole with its binding to the caller's tensors.
+enum JobOps {
+    Graph(Vec<OperationIr>),
+    Step(Arc<Vec<OperationIr>>, Arc<StepBinding>),
 }
 
 #[derive(Default)]
@@ -92,14 +99,14 @@ pub fn streams_ran_on() -> Vec<(ThreadId, StreamId)> {
     RAN_ON.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Runs `plan` with `stream` as this thread's stream.
+/// Runs `plan` with `stream` as this thread's stream; returns a graph's emptied op vector.
 fn run_on<B: BackendIr>(
     stream: StreamId,
     inner: &InnerDevice<B>,
     key: GraphKey,
-    ops: Vec<OperationIr>,
+    ops: JobOps,
     plan: &Arc<Plan>,
-) -> Vec<OperationIr> {
+) -> Option<Vec<OperationIr>> {
     stream.executes(|| {
         if RECORD_STREAMS.load(Ordering::Relaxed) {
             RAN_ON
@@ -107,12 +114,19 @@ fn run_on<B: BackendIr>(
                 .unwrap_or_else(|e| e.into_inner())
                 .push((std::thread::current().id(), StreamId::current()));
         }
+        let run = || match ops {
+            JobOps::Graph(ops) => Some(execute(inner, key, ops, plan)),
+            JobOps::Step(ops, binding) => {
+                binding.execute(inner, key, &ops, plan);
+                None
+            }
+        };
         if inner.first_replay(plan) {
             // Its kernels compile now (NVRTC, autotune, a C build): a spinner if that is slow.
             let what = format!("first run of graph {key} (compiling its kernels)");
-            crate::progress::long_work(&what, || execute(inner, key, ops, plan))
+            crate::progress::long_work(&what, run)
         } else {
-            execute(inner, key, ops, plan)
+            run()
         }
     })
 }
@@ -148,11 +162,54 @@ impl<B: BackendIr> Executor<B> {
         stream: StreamId,
         asynchronous: bool,
     ) {
+        let job = Job {
+            key,
+            ops: JobOps::Graph(ops),
+            plan,
+            owner,
+            stream,
+        };
+        self.submit_job(job, asynchronous)
+    }
+
+    /// Runs a step's recorded graph (`ops`, planned as `plan`) bound to the caller's tensors
+    /// by `binding`, in order with the device's other graphs (see [`Executor::submit`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit_step(
+        &self,
+        key: GraphKey,
+        ops: Arc<Vec<OperationIr>>,
+        binding: Arc<StepBinding>,
+        plan: Arc<Plan>,
+        owner: ThreadId,
+        stream: StreamId,
+        asynchronous: bool,
+    ) {
+        let job = Job {
+            key,
+            ops: JobOps::Step(ops, binding),
+            plan,
+            owner,
+            stream,
+        };
+        self.submit_job(job, asynchronous)
+    }
+
+    fn submit_job(&self, job: Job, asynchronous: bool) {
         if !asynchronous {
             self.wait();
             let inner = &self.inner;
+            let Job {
+                key,
+                ops,
+                plan,
+                stream,
+                ..
+            } = job;
             let spent = inner.on_device_thread(|| run_on(stream, inner, key, ops, &plan));
-            lock(&self.shared.progress).spent.push(spent);
+            if let Some(spent) = spent {
+                lock(&self.shared.progress).spent.push(spent);
+            }
             return;
         }
         {
@@ -172,13 +229,7 @@ impl<B: BackendIr> Executor<B> {
         let sender = queue.get_or_insert_with(|| self.start_worker());
         // The worker catches every panic of a graph, so it lives as long as its queue.
         sender
-            .send(Job {
-                key,
-                ops,
-                plan,
-                owner,
-                stream,
-            })
+            .send(job)
             .expect("burn-compile: the execution thread is gone");
     }
 
@@ -207,7 +258,9 @@ impl<B: BackendIr> Executor<B> {
                     };
                     let mut progress = lock(&shared.progress);
                     match result {
-                        Ok(Some(spent)) if progress.spent.len() < 4 => progress.spent.push(spent),
+                        Ok(Some(Some(spent))) if progress.spent.len() < 4 => {
+                            progress.spent.push(spent)
+                        }
                         Ok(_) => {}
                         Err(payload) => {
                             let at =

@@ -31,6 +31,6 @@ pub use executable::{Binding, Executable, Launch, ScalarSource};
 pub use executor::{Executor, record_streams, streams_ran_on};
 pub use inner::InnerDevice;
 pub use panics::{panic_message, panic_text};
-pub use replay::{execute, execute_one};
+pub use replay::{StepBinding, execute, execute_one, execute_ops};
 #[cfg(feature = "gpu")]
 pub use targets::is_cubecl;

@@ -5,7 +5,7 @@ use crate::executable::{Binding, Executable, Launch};
 use crate::inner::Member;
 use burn_compile_graph::{Activation, GraphKey};
 use burn_compile_schedule::Plan;
-use burn_ir::{BackendIr, OperationIr};
+use burn_ir::{BackendIr, OperationIr, TensorId};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,16 +28,69 @@ pub fn execute<B: BackendIr>(
     mut ops: Vec<OperationIr>,
     plan: &Arc<Plan>,
 ) -> Vec<OperationIr> {
-    let executable = inner.executable(plan, &ops);
-    let table = executable.scalar_table(&ops);
-    let walk = |table: &[f64]| walk(inner, key, &ops, plan, &executable, table);
+    execute_ops(inner, key, &ops, plan);
+    ops.clear();
+    ops
+}
+
+/// [`execute`] over ops the caller keeps (a step replayed whole keeps its graph's ops).
+pub fn execute_ops<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    key: GraphKey,
+    ops: &[OperationIr],
+    plan: &Arc<Plan>,
+) {
+    let executable = inner.executable(plan, ops);
+    let table = executable.scalar_table(ops);
+    let walk = |table: &[f64]| walk(inner, key, ops, plan, &executable, table);
     let recorded = inner.reduce_overhead()
-        && crate::recording::replay(inner, &ops, plan, &executable, &table, walk);
+        && crate::recording::replay(inner, ops, plan, &executable, &table, walk);
     if !recorded {
         walk(&table);
     }
-    ops.clear();
-    ops
+}
+
+/// How a graph replayed for a whole step (burn-compile's `jit`) is bound to the caller's
+/// tensors: its ops keep the ids of the step's recording, private to the replay, and these
+/// renames run around it on the execution thread, in the graph's order with the device's other
+/// graphs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepBinding {
+    /// Before the graph: `(caller's tensor, graph input)`: the input shares the caller's inner
+    /// tensor (a handle clone).
+    pub inputs: Vec<(TensorId, TensorId)>,
+    /// Before the graph, once shared: the caller's tensors the step consumes.
+    pub consumed: Vec<TensorId>,
+    /// After the graph: `(graph output, caller's new tensor)`.
+    pub outputs: Vec<(TensorId, TensorId)>,
+    /// After the graph: the graph's own ids still held (inputs it only read, outputs once
+    /// renamed, outputs nobody takes).
+    pub released: Vec<TensorId>,
+}
+
+impl StepBinding {
+    /// Runs `ops` as `plan` with the binding's renames around it.
+    pub fn execute<B: BackendIr>(
+        &self,
+        inner: &InnerDevice<B>,
+        key: GraphKey,
+        ops: &[OperationIr],
+        plan: &Arc<Plan>,
+    ) {
+        for (from, to) in &self.inputs {
+            inner.alias(*from, *to);
+        }
+        for id in &self.consumed {
+            inner.release(*id);
+        }
+        execute_ops(inner, key, ops, plan);
+        for (from, to) in &self.outputs {
+            inner.alias(*from, *to);
+        }
+        for id in &self.released {
+            inner.release(*id);
+        }
+    }
 }
 
 /// Runs the launches of `executable` over `ops`, in order.
