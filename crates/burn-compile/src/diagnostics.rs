@@ -180,6 +180,8 @@ pub(crate) struct Counters {
     pub compile_fallbacks: AtomicU64,
     pub accuracy_checks: AtomicU64,
     pub accuracy_failures: AtomicU64,
+    pub step_recordings: AtomicU64,
+    pub step_replays: AtomicU64,
     pub breaks: [AtomicU64; BreakReason::ALL.len()],
 }
 
@@ -198,6 +200,8 @@ pub(crate) static COUNTERS: Counters = Counters {
     compile_fallbacks: AtomicU64::new(0),
     accuracy_checks: AtomicU64::new(0),
     accuracy_failures: AtomicU64::new(0),
+    step_recordings: AtomicU64::new(0),
+    step_replays: AtomicU64::new(0),
     breaks: [const { AtomicU64::new(0) }; BreakReason::ALL.len()],
 };
 

@@ -1,7 +1,7 @@
 //! Log topics, like TORCH_LOGS: `BURN_COMPILE_LOGS=graph_breaks,recompiles` (or `all`).
 
 /// The topics and the `tracing` targets they map to.
-pub const TOPICS: [(&str, &str); 7] = [
+pub const TOPICS: [(&str, &str); 8] = [
     ("graph_breaks", "burn_compile::graph_breaks"),
     ("recompiles", "burn_compile::recompiles"),
     ("graphs", "burn_compile::graphs"),
@@ -12,6 +12,8 @@ pub const TOPICS: [(&str, &str); 7] = [
     ("accuracy", "burn_compile::accuracy"),
     // Reduce-overhead mode: each CUDA graph recorded, each re-record and fallback, with why.
     ("recordings", "burn_compile::recordings"),
+    // Compiled steps (`jit`): each step recorded, and why one is not replayed.
+    ("jit", "burn_compile::jit"),
 ];
 
 /// The `tracing` filter directives for a `BURN_COMPILE_LOGS` value. Unknown topics are an error

@@ -64,6 +64,10 @@ pub struct Metrics {
     pub accuracy_checks: u64,
     /// Of those, graphs whose outputs diverged beyond the dtype's tolerance.
     pub accuracy_failures: u64,
+    /// Calls of compiled steps ([`crate::jit`]) that ran the step function to record it, and
+    /// calls replayed without running it.
+    pub step_recordings: u64,
+    pub step_replays: u64,
     /// Reduce-overhead mode (`CompileConfig::mode`): CUDA graphs recorded, replays that
     /// launched one, and replays that ran launch by launch where a recording was wanted (a
     /// failed capture, a plan that cannot be recorded or is past its recording limit; each
@@ -115,6 +119,8 @@ impl Metrics {
             disk_cache_writes: self.disk_cache_writes - earlier.disk_cache_writes,
             accuracy_checks: self.accuracy_checks - earlier.accuracy_checks,
             accuracy_failures: self.accuracy_failures - earlier.accuracy_failures,
+            step_recordings: self.step_recordings - earlier.step_recordings,
+            step_replays: self.step_replays - earlier.step_replays,
             graph_recordings: self.graph_recordings - earlier.graph_recordings,
             graph_launches: self.graph_launches - earlier.graph_launches,
             recording_fallbacks: self.recording_fallbacks - earlier.recording_fallbacks,
@@ -165,6 +171,8 @@ pub fn metrics() -> Metrics {
         disk_cache_writes: r.disk_cache_writes.load(Relaxed),
         accuracy_checks: c.accuracy_checks.load(Relaxed),
         accuracy_failures: c.accuracy_failures.load(Relaxed),
+        step_recordings: c.step_recordings.load(Relaxed),
+        step_replays: c.step_replays.load(Relaxed),
         graph_recordings: r.recordings.load(Relaxed),
         graph_launches: r.graph_launches.load(Relaxed),
         recording_fallbacks: r.recording_fallbacks.load(Relaxed),

@@ -202,6 +202,45 @@ impl<B: BackendIr> CompileClient<B> {
         RouterTensor::new(id, shape, dtype, self.clone())
     }
 
+    /// A new tensor of the device with a fresh id, for the inner tensor that a replayed step
+    /// will register under it (no op is recorded).
+    pub(crate) fn new_tensor(&self, shape: Shape, dtype: DType) -> RouterTensor<Self> {
+        RouterTensor::new(new_tensor_id(), shape, dtype, self.clone())
+    }
+
+    /// Which device this client captures for (equal for clones).
+    pub(crate) fn device_key(&self) -> usize {
+        self.shared.device_key()
+    }
+
+    /// Runs a step's recorded graph with `binding` (`jit`): the calling thread's pending ops
+    /// close first, then the graph is queued like any other of the thread.
+    pub(crate) fn submit_step(
+        &self,
+        key: burn_compile_graph::GraphKey,
+        ops: Arc<Vec<OperationIr>>,
+        binding: Arc<burn_compile_runtime::StepBinding>,
+        plan: Arc<burn_compile_schedule::Plan>,
+    ) {
+        let mut state = self.shared.lock_state();
+        self.shared.refresh_config(&mut state);
+        let thread = current_thread();
+        self.shared.flush_current(
+            &mut state,
+            BreakReason::MarkStep,
+            Some("a compiled step is replayed".into()),
+            true,
+        );
+        let stream = state
+            .streams
+            .get(&thread)
+            .map_or_else(StreamId::current, |s| s.inner_stream);
+        let asynchronous = state.config.async_execution && !state.config.accuracy_check;
+        self.shared
+            .executor
+            .submit_step(key, ops, binding, plan, thread, stream, asynchronous);
+    }
+
     /// Takes the error waiting for this thread, if any.
     fn take_error(state: &mut State) -> Option<ExecutionError> {
         let stream = state.streams.get_mut(&current_thread())?;
@@ -213,6 +252,10 @@ impl<B: BackendIr> CompileClient<B> {
 }
 
 impl<B: BackendIr> Shared<B> {
+    fn device_key(&self) -> usize {
+        self as *const Self as usize
+    }
+
     /// Locks the device state, first running the graphs left by exited threads.
     fn lock_state(&self) -> MutexGuard<'_, State> {
         let mut state = lock(&self.state);
@@ -509,6 +552,9 @@ impl<B: BackendIr> Shared<B> {
         } else {
             None
         };
+        if own_thread {
+            crate::jit::recorder::closed(&self.device_key(), key, &plan, ops, &brk);
+        }
         let ops = stream.segment.take_ops();
         self.executor.submit(
             key,

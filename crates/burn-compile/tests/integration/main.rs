@@ -28,6 +28,7 @@ mod eager_region;
 mod execution;
 mod horizontal;
 mod inner_panic;
+mod jit;
 mod loop_settles;
 mod recompile_limit;
 mod shapes;

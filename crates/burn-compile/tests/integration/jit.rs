@@ -1,0 +1,336 @@
+//! Compiled steps (`jit`) on the CPU: replays without running the step function, compared with
+//! eager Flex on fresh data each call; and the steps that must not be replayed, refused with
+//! their reason and still run.
+//!
+//! A module of its own: it reads the process-wide metrics. Tolerances: the forward pass as the
+//! differential tests' f32 (`approx_tolerance`); training as `autodiff.rs` (relative 1e-4,
+//! absolute 5e-5).
+
+use burn::backend::Autodiff;
+use burn::module::Module;
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Distribution, Tensor, TensorData, Tolerance};
+use burn_compile::incident::approx_tolerance as tolerance;
+use burn_compile::{Compiled, metrics};
+use burn_flex::Flex;
+use std::marker::PhantomData;
+
+use crate::support::{float_data, load, weights};
+
+type C = Compiled<Flex>;
+type AdC = Autodiff<C>;
+type AdF = Autodiff<Flex>;
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    first: Linear<B>,
+    second: Linear<B>,
+    relu: Relu,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            first: LinearConfig::new(12, 24).init(device),
+            second: LinearConfig::new(24, 4).init(device),
+            relu: Relu::new(),
+        }
+    }
+
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.second
+            .forward(self.relu.forward(self.first.forward(x)))
+    }
+}
+
+/// The same weights on both backends.
+fn pair<A: Backend, E: Backend>() -> (Mlp<A>, Mlp<E>) {
+    let eager = Mlp::<E>::new(&Default::default());
+    let compiled = load(Mlp::<A>::new(&Default::default()), weights(&eager));
+    (compiled, eager)
+}
+
+fn input<B: Backend>(rows: usize, seed: u64) -> Tensor<B, 2> {
+    Tensor::from_data(
+        float_data(&[rows, 12], seed, -1.0, 1.0),
+        &Default::default(),
+    )
+}
+
+fn target<B: Backend>(rows: usize, seed: u64) -> Tensor<B, 2> {
+    Tensor::from_data(float_data(&[rows, 4], seed, -1.0, 1.0), &Default::default())
+}
+
+fn assert_close(what: &str, got: TensorData, want: TensorData, tol: Tolerance<f64>) {
+    assert_eq!(got.shape, want.shape, "{what}: shape");
+    got.convert::<f64>()
+        .assert_approx_eq::<f64>(&want.convert::<f64>(), tol);
+}
+
+fn training_tolerance() -> Tolerance<f64> {
+    Tolerance::relative(1e-4).set_half_precision_absolute(5e-5)
+}
+
+/// An inference step: replayed once recorded twice (the function does not run), and every
+/// output equals eager Flex's on that call's fresh input; the model comes back with the same
+/// values under new tensors, and a clone the caller kept is untouched. The first call's
+/// parameters are shared with that clone, the later calls' are handed over: two structures
+/// (ownership is part of the guard), so the function runs three times.
+#[test]
+fn inference_steps_replay_and_match_eager() {
+    crate::own_process!(inference_steps_replay_and_match_eager);
+    let (mut model, eager) = pair::<C, Flex>();
+    let kept = model.clone();
+    let kept_weights = weights(&kept);
+    let mut runs = 0;
+    let mut step = burn_compile::jit(|model: Mlp<C>, x: Tensor<C, 2>| {
+        runs += 1;
+        let y = model.forward(x);
+        (model, y)
+    });
+    let before = metrics();
+    for call in 0..8 {
+        let seed = 100 + call;
+        let (next, y) = step.call(model, input::<C>(16, seed));
+        model = next;
+        let want = eager.forward(input::<Flex>(16, seed));
+        assert_close(
+            &format!("call {call}"),
+            y.into_data(),
+            want.into_data(),
+            tolerance(DType::F32),
+        );
+    }
+    let stats = step.stats();
+    drop(step);
+    assert_eq!((stats.recordings, stats.replays, stats.runs), (3, 5, 0));
+    assert_eq!(runs, 3, "the function runs only to record");
+    let spent = metrics().since(&before);
+    assert_eq!((spent.step_recordings, spent.step_replays), (3, 5));
+    for (got, want) in weights(&model).into_iter().zip(weights(&eager)) {
+        assert_close("weights", got, want, tolerance(DType::F32));
+    }
+    for (got, want) in weights(&kept).into_iter().zip(kept_weights) {
+        assert_eq!(got, want, "a clone the caller kept");
+    }
+}
+
+/// A batch of another size is another guard: recorded twice, then replayed too.
+#[test]
+fn a_new_batch_shape_records_again() {
+    crate::own_process!(a_new_batch_shape_records_again);
+    let (mut model, eager) = pair::<C, Flex>();
+    let mut step = burn_compile::jit(|model: Mlp<C>, x: Tensor<C, 2>| {
+        let y = model.forward(x);
+        (model, y)
+    });
+    for (call, rows) in [8, 8, 8, 5, 5, 5, 8].into_iter().enumerate() {
+        let (next, y) = step.call(model, input::<C>(rows, call as u64));
+        model = next;
+        let want = eager.forward(input::<Flex>(rows, call as u64));
+        assert_close(
+            "output",
+            y.into_data(),
+            want.into_data(),
+            tolerance(DType::F32),
+        );
+    }
+    let stats = step.stats();
+    assert_eq!((stats.recordings, stats.replays), (4, 3), "{stats:?}");
+}
+
+/// One training step with SGD at a fixed learning rate: forward, loss, backward, update. 20
+/// steps replayed from the third: losses and parameters equal eager Flex's.
+#[test]
+fn sgd_training_steps_replay_and_match_eager() {
+    crate::own_process!(sgd_training_steps_replay_and_match_eager);
+    let (mut model, mut eager) = pair::<AdC, AdF>();
+    let mut optim = SgdConfig::new().init::<AdC, Mlp<AdC>>();
+    let mut eager_optim = SgdConfig::new().init::<AdF, Mlp<AdF>>();
+    let mut step = burn_compile::jit(
+        |model: Mlp<AdC>, (x, y): (Tensor<AdC, 2>, Tensor<AdC, 2>)| {
+            let loss = MseLoss::new().forward(model.forward(x), y, Reduction::Mean);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let model = optim.step(0.05, model, grads);
+            (model, loss)
+        },
+    );
+    for call in 0..20u64 {
+        let (next, loss) = step.call(model, (input(16, call), target(16, 1000 + call)));
+        model = next;
+        let want = MseLoss::new().forward(
+            eager.forward(input(16, call)),
+            target(16, 1000 + call),
+            Reduction::Mean,
+        );
+        let grads = GradientsParams::from_grads(want.backward(), &eager);
+        eager = eager_optim.step(0.05, eager, grads);
+        assert_close(
+            &format!("loss {call}"),
+            loss.into_data(),
+            want.into_data(),
+            training_tolerance(),
+        );
+    }
+    let stats = step.stats();
+    assert_eq!(
+        (stats.recordings, stats.replays),
+        (2, 18),
+        "{:?}",
+        step.ineligible()
+    );
+    for (got, want) in weights(&model).into_iter().zip(weights(&eager)) {
+        assert_close("parameters", got, want, training_tolerance());
+    }
+}
+
+/// Parameters the caller replaces between steps (a checkpoint loaded) are what the next replay
+/// reads.
+#[test]
+fn parameters_replaced_between_steps_are_picked_up() {
+    crate::own_process!(parameters_replaced_between_steps_are_picked_up);
+    let (mut model, _) = pair::<C, Flex>();
+    let mut step = burn_compile::jit(|model: Mlp<C>, x: Tensor<C, 2>| {
+        let y = model.forward(x);
+        (model, y)
+    });
+    for call in 0..3 {
+        model = step.call(model, input::<C>(4, call)).0;
+    }
+    let other = Mlp::<Flex>::new(&Default::default());
+    let model = load(model, weights(&other));
+    let (_, y) = step.call(model, input::<C>(4, 7));
+    assert_eq!(step.stats().replays, 2);
+    assert_close(
+        "output",
+        y.into_data(),
+        other.forward(input::<Flex>(4, 7)).into_data(),
+        tolerance(DType::F32),
+    );
+}
+
+/// Random ops draw fresh values on every replay: two replays of the same input give other
+/// dropout masks, each keeping about half of the values.
+#[test]
+fn random_ops_draw_fresh_values_on_each_replay() {
+    crate::own_process!(random_ops_draw_fresh_values_on_each_replay);
+    let mut step = burn_compile::jit(|state: PhantomData<C>, x: Tensor<C, 2>| {
+        let mask = x.random_like(Distribution::Bernoulli(0.5));
+        (state, x * mask)
+    });
+    let ones = || Tensor::<C, 2>::ones([100, 100], &Default::default());
+    let masks: Vec<Vec<f32>> = (0..5)
+        .map(|_| {
+            step.call(PhantomData, ones())
+                .1
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(step.stats().replays, 3);
+    for m in &masks {
+        let kept = m.iter().filter(|v| **v == 1.0).count() as f64 / m.len() as f64;
+        // 10,000 draws: the fraction's standard deviation is 0.005.
+        assert!((kept - 0.5).abs() < 0.03, "kept {kept}");
+    }
+    assert_ne!(masks[3], masks[4], "two replays drew the same mask");
+}
+
+/// Adam keeps its moments inside the optimizer, which the step function holds: a replay could
+/// not update them, so the step is refused (with that reason) and every call runs it; the
+/// results are eager's.
+#[test]
+fn a_step_keeping_state_outside_its_arguments_is_refused_and_runs() {
+    crate::own_process!(a_step_keeping_state_outside_its_arguments_is_refused_and_runs);
+    let (mut model, mut eager) = pair::<AdC, AdF>();
+    let mut optim = AdamConfig::new().init::<AdC, Mlp<AdC>>();
+    let mut eager_optim = AdamConfig::new().init::<AdF, Mlp<AdF>>();
+    let mut step = burn_compile::jit(
+        |model: Mlp<AdC>, (x, y): (Tensor<AdC, 2>, Tensor<AdC, 2>)| {
+            let loss = MseLoss::new().forward(model.forward(x), y, Reduction::Mean);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            (optim.step(1e-2, model, grads), loss)
+        },
+    );
+    for call in 0..4u64 {
+        let (next, loss) = step.call(model, (input(8, call), target(8, call)));
+        model = next;
+        let want = MseLoss::new().forward(
+            eager.forward(input(8, call)),
+            target(8, call),
+            Reduction::Mean,
+        );
+        let grads = GradientsParams::from_grads(want.backward(), &eager);
+        eager = eager_optim.step(1e-2, eager, grads);
+        assert_close(
+            "loss",
+            loss.into_data(),
+            want.into_data(),
+            training_tolerance(),
+        );
+    }
+    let stats = step.stats();
+    assert_eq!(stats.replays, 0);
+    let why = step.ineligible().join("\n");
+    assert!(why.contains("outside its state and outputs"), "{why}");
+}
+
+/// A host read inside the step cuts it into graphs: refused, run every time.
+#[test]
+fn a_host_read_inside_the_step_is_refused() {
+    crate::own_process!(a_host_read_inside_the_step_is_refused);
+    let mut step = burn_compile::jit(|state: PhantomData<C>, x: Tensor<C, 2>| {
+        let total: f32 = x.clone().sum().into_scalar();
+        (state, x.mul_scalar(total))
+    });
+    for call in 0..4 {
+        let x = input::<C>(3, call);
+        let want = {
+            let x = input::<Flex>(3, call);
+            let total: f32 = x.clone().sum().into_scalar();
+            x.mul_scalar(total)
+        };
+        let got = step.call(PhantomData, x).1;
+        assert_close(
+            "output",
+            got.into_data(),
+            want.into_data(),
+            tolerance(DType::F32),
+        );
+    }
+    assert_eq!(step.stats().replays, 0);
+    let why = step.ineligible().join("\n");
+    assert!(why.contains("host_read"), "{why}");
+}
+
+/// A scalar that changes between the two recording calls (a learning rate from a schedule) is
+/// host state a replay cannot follow: refused, naming the op.
+#[test]
+fn a_scalar_changing_between_calls_is_refused() {
+    crate::own_process!(a_scalar_changing_between_calls_is_refused);
+    let mut scale = 1.0f32;
+    let mut step = burn_compile::jit(|state: PhantomData<C>, x: Tensor<C, 2>| {
+        scale *= 2.0;
+        (state, x.mul_scalar(scale))
+    });
+    for call in 0..4 {
+        let got = step.call(PhantomData, input::<C>(3, call)).1;
+        let want = input::<Flex>(3, call).mul_scalar(2f32.powi(call as i32 + 1));
+        assert_close(
+            "output",
+            got.into_data(),
+            want.into_data(),
+            tolerance(DType::F32),
+        );
+    }
+    assert_eq!(step.stats().replays, 0);
+    let why = step.ineligible().join("\n");
+    assert!(
+        why.contains("a scalar of op") && why.contains("MulScalar"),
+        "{why}"
+    );
+}
