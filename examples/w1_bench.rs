@@ -20,7 +20,7 @@
 //! `--small` (a tiny encoder, for smoke tests), `--cpu` (W1-cpu: W1's architecture at d_model 256,
 //! 4 heads, 2 layers, d_ff 1024, batch 8 × seq 64, for `Compiled<Flex>` on a few cores), `--out FILE` (append the JSON lines there too),
 //! `--systems burn-compile` (a subset of this build's systems; no eager comparison without
-//! `burn-eager`), `--infer-only` (skip the training step: e.g. under a kernel profiler).
+//! `burn-eager`; `burn-compile-jit` is inference as a compiled step, `burn_compile::jit`), `--infer-only` (skip the training step: e.g. under a kernel profiler).
 //! With `BURN_COMPILE_PROFILE_REPLAY=1` the compiled system also prints its host time per replayed
 //! step kind (add `BURN_COMPILE_DEVICE_THREAD=1` to include the runtime's own work per step).
 //! With `BURN_COMPILE_DIAGNOSTICS=1` the compiled system also prints the explain report of one
@@ -52,7 +52,7 @@ mod systems {
     pub trait Elem: burn_cubecl::FloatElement {}
     impl<T: burn_cubecl::FloatElement> Elem for T {}
     pub type Inner<F> = burn_cuda::Cuda<F, i32>;
-    pub const RUNS: &[&str] = &["burn-eager", "burn-compile"];
+    pub const RUNS: &[&str] = &["burn-eager", "burn-compile", "burn-compile-jit"];
     pub const DTYPES: &str = "f32,bf16";
 }
 
@@ -70,7 +70,7 @@ mod systems {
     pub trait Elem: burn_cubecl::FloatElement {}
     impl<T: burn_cubecl::FloatElement> Elem for T {}
     pub type Inner<F> = burn_wgpu::Wgpu<F, i32, u32>;
-    pub const RUNS: &[&str] = &["burn-eager", "burn-compile"];
+    pub const RUNS: &[&str] = &["burn-eager", "burn-compile", "burn-compile-jit"];
     pub const DTYPES: &str = "f32";
 }
 
@@ -79,7 +79,7 @@ mod systems {
     pub trait Elem: burn::tensor::Element {}
     impl<T: burn::tensor::Element> Elem for T {}
     pub type Inner<F> = burn_flex::Flex<F>;
-    pub const RUNS: &[&str] = &["burn-eager", "burn-compile"];
+    pub const RUNS: &[&str] = &["burn-eager", "burn-compile", "burn-compile-jit"];
     pub const DTYPES: &str = "f32";
 }
 
@@ -162,15 +162,7 @@ impl Figure {
             self.dtype,
             self.phase,
             self.system,
-            // The compiled system's variant (e.g. `inner-matmul` when run with
-            // `BURN_COMPILE_LIBRARY_MATMUL=0`); the others have one mode.
-            if self.system == "burn-compile" {
-                std::env::var("BENCH_MODE")
-                    .or_else(|_| std::env::var("BURN_COMPILE_MODE"))
-                    .unwrap_or_else(|_| "default".into())
-            } else {
-                "default".into()
-            },
+            burn_compile_examples::bench_mode(self.system),
             self.ms,
             self.first_call_s,
             env("BENCH_DATE"),
@@ -318,6 +310,55 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
     (vec![infer, train], output)
 }
 
+/// Inference as a compiled step (`burn_compile::jit`): recorded on its first two calls, then
+/// replayed without running the forward pass. (The training step is not measured here: Adam
+/// keeps its moments and step count inside the optimizer, so `jit` refuses that step.)
+fn measure_jit<B: burn_compile::StepBackend>(
+    system: &'static str,
+    dtype: &str,
+    s: &Setup,
+) -> (Vec<Figure>, TensorData) {
+    let device = B::Device::default();
+    let x = Tensor::<B, 3>::from_data(s.input.clone(), &device);
+    let mut model = Some(model_with::<B>(&s.config, &s.weights, &device));
+    let mut step = burn_compile::jit(
+        |model: burn::nn::transformer::TransformerEncoder<B>, x: Tensor<B, 3>| {
+            let y = forward(&model, &x);
+            (model, y)
+        },
+    );
+    let mut call = || {
+        let (next, y) = step.call(model.take().expect("model"), x.clone());
+        model = Some(next);
+        y
+    };
+    let output = call().into_data();
+    let (first, ms, issue_ms) =
+        burn_compile_examples::time_calls::<B, _>(&device, s.iters, s.warmup, &mut call);
+    drop(call);
+    let stats = step.stats();
+    eprintln!(
+        "{system} {dtype} infer: {} calls recorded, {} replayed{}",
+        stats.recordings,
+        stats.replays,
+        step.ineligible()
+            .first()
+            .map(|why| format!(" (refused: {why})"))
+            .unwrap_or_default()
+    );
+    let infer = Figure {
+        workload: s.workload,
+        dtype: dtype.into(),
+        phase: "infer",
+        system,
+        ms,
+        first_call_s: first,
+        issue_ms,
+        max_abs_diff_vs_eager: None,
+    };
+    (vec![infer], output)
+}
+
 fn max_abs_diff(a: &TensorData, b: &TensorData) -> f64 {
     let a = a.clone().convert::<f32>().to_vec::<f32>().expect("floats");
     let b = b.clone().convert::<f32>().to_vec::<f32>().expect("floats");
@@ -331,7 +372,7 @@ fn max_abs_diff(a: &TensorData, b: &TensorData) -> f64 {
 fn run_dtype<F: Elem>(dtype: &str, s: &Setup) -> Result<Vec<Figure>, String>
 where
     Inner<F>: Backend,
-    burn_compile::Compiled<Inner<F>>: Backend,
+    burn_compile::Compiled<Inner<F>>: burn_compile::StepBackend,
 {
     // Burn fixes a device's default float dtype at its first use: one dtype per process.
     let probe = Tensor::<Inner<F>, 1>::zeros([1], &Default::default()).dtype();
@@ -362,6 +403,7 @@ where
     for system in RUNS.iter().filter(selected) {
         let (mut f, output) = match *system {
             "burn-compile" => measure::<burn_compile::Compiled<Inner<F>>>(system, dtype, s),
+            "burn-compile-jit" => measure_jit::<burn_compile::Compiled<Inner<F>>>(system, dtype, s),
             _ => measure::<Inner<F>>(system, dtype, s),
         };
         if *system == "burn-eager" {

@@ -295,11 +295,18 @@ impl BenchOptions {
 /// The `mode` field of a benchmark line: the compiled system's variant (`BENCH_MODE`, else
 /// `BURN_COMPILE_MODE`, else `default`); the other systems have one mode.
 pub fn bench_mode(system: &str) -> String {
-    if system == "burn-compile" {
+    let compiled = || {
         std::env::var("BENCH_MODE")
             .or_else(|_| std::env::var("BURN_COMPILE_MODE"))
             .unwrap_or_else(|_| "default".into())
-    } else {
-        "default".into()
+    };
+    match system {
+        "burn-compile" => compiled(),
+        // A compiled step (`burn_compile::jit`), over the compiled system's mode.
+        "burn-compile-jit" => match compiled().as_str() {
+            "default" => "jit".into(),
+            mode => format!("jit+{mode}"),
+        },
+        _ => "default".into(),
     }
 }

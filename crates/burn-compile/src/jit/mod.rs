@@ -546,11 +546,11 @@ where
         COUNTERS.step_recordings.fetch_add(1, Ordering::Relaxed);
         let eager_before = COUNTERS.eager_ops.load(Ordering::Relaxed);
         let input_ids: Vec<TensorId> = held.ids.clone();
-        recorder::start();
+        let session = recorder::start();
         let (state_out, outputs) = (self.f)(state, inputs);
         let out_layout = outputs.layout();
         close_step();
-        let graphs = recorder::finish();
+        let graphs = session.finish();
         let eager = COUNTERS.eager_ops.load(Ordering::Relaxed) - eager_before;
         drop(held);
         // The outputs, renamed to tensors of their own: the graph's ids stay the recording's.

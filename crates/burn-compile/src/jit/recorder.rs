@@ -21,16 +21,29 @@ thread_local! {
     static RECORDING: RefCell<Option<Vec<ClosedGraph>>> = const { RefCell::new(None) };
 }
 
+/// Keeps the graphs this thread closes until [`Session::finish`], or until dropped (a step
+/// function that panics stops the recording too).
+pub(crate) struct Session(());
+
 /// Starts keeping the graphs this thread closes.
-pub(crate) fn start() {
+pub(crate) fn start() -> Session {
     RECORDING.with(|r| *r.borrow_mut() = Some(Vec::new()));
+    Session(())
 }
 
-/// Stops keeping them; the graphs closed since [`start`].
-pub(crate) fn finish() -> Vec<ClosedGraph> {
-    RECORDING
-        .with(|r| r.borrow_mut().take())
-        .unwrap_or_default()
+impl Session {
+    /// Stops keeping them; the graphs closed since [`start`].
+    pub(crate) fn finish(self) -> Vec<ClosedGraph> {
+        RECORDING
+            .with(|r| r.borrow_mut().take())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        RECORDING.with(|r| r.borrow_mut().take());
+    }
 }
 
 /// Called by the capture for every graph the calling thread closes (a copy of its ops is kept
