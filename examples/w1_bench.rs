@@ -154,6 +154,26 @@ struct Figure {
 }
 
 impl Figure {
+    /// A figure of `time_calls`' `(first_call_s, ms, issue_ms)`.
+    fn timed(
+        s: &Setup,
+        dtype: &str,
+        phase: &'static str,
+        system: &'static str,
+        (first_call_s, ms, issue_ms): (f64, f64, f64),
+    ) -> Self {
+        Self {
+            workload: s.workload,
+            dtype: dtype.into(),
+            phase,
+            system,
+            ms,
+            first_call_s,
+            issue_ms,
+            max_abs_diff_vs_eager: None,
+        }
+    }
+
     fn json(&self) -> String {
         let env = |k: &str| std::env::var(k).unwrap_or_else(|_| "unknown".into());
         let mut line = format!(
@@ -238,16 +258,7 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
             forward(&model, &x)
         });
     print_replay_profile(system, dtype, "infer", s.iters);
-    let infer = Figure {
-        workload: s.workload,
-        dtype: dtype.into(),
-        phase: "infer",
-        system,
-        ms,
-        first_call_s: first,
-        issue_ms,
-        max_abs_diff_vs_eager: None,
-    };
+    let infer = Figure::timed(s, dtype, "infer", system, (first, ms, issue_ms));
     if s.infer_only {
         return (vec![infer], output);
     }
@@ -297,16 +308,7 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
             m.graph_recordings, m.graph_launches, m.recording_fallbacks
         );
     }
-    let train = Figure {
-        workload: s.workload,
-        dtype: dtype.into(),
-        phase: "train",
-        system,
-        ms,
-        first_call_s: first,
-        issue_ms,
-        max_abs_diff_vs_eager: None,
-    };
+    let train = Figure::timed(s, dtype, "train", system, (first, ms, issue_ms));
     (vec![infer, train], output)
 }
 
@@ -346,16 +348,7 @@ fn measure_jit<B: burn_compile::StepBackend>(
             .map(|why| format!(" (refused: {why})"))
             .unwrap_or_default()
     );
-    let infer = Figure {
-        workload: s.workload,
-        dtype: dtype.into(),
-        phase: "infer",
-        system,
-        ms,
-        first_call_s: first,
-        issue_ms,
-        max_abs_diff_vs_eager: None,
-    };
+    let infer = Figure::timed(s, dtype, "infer", system, (first, ms, issue_ms));
     (vec![infer], output)
 }
 

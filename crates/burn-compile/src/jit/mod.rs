@@ -30,7 +30,7 @@ use burn_compile_schedule::Plan;
 use burn_core::module::{Module, ModuleMapper, Param};
 use burn_ir::{BackendIr, OperationIr, TensorId, TensorStatus};
 use burn_router::RouterTensor;
-use burn_tensor::{Bool, Int, Tensor, TensorPrimitive};
+use burn_tensor::{Bool, Float, Int, Tensor, TensorPrimitive};
 use rustc_hash::FxHashSet;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -138,6 +138,26 @@ impl<B: StepBackend> Part<B> {
             self.require_grad,
         )))
     }
+    fn int<const D: usize>(tensor: Tensor<B, D, Int>) -> Self {
+        Self {
+            tensor: B::int_into_step(tensor.into_primitive()),
+            kind: Kind::Int,
+            require_grad: false,
+        }
+    }
+    fn into_int<const D: usize>(self) -> Tensor<B, D, Int> {
+        Tensor::from_primitive(B::int_from_step(self.tensor))
+    }
+    fn bool<const D: usize>(tensor: Tensor<B, D, Bool>) -> Self {
+        Self {
+            tensor: B::bool_into_step(tensor.into_primitive()),
+            kind: Kind::Bool,
+            require_grad: false,
+        }
+    }
+    fn into_bool<const D: usize>(self) -> Tensor<B, D, Bool> {
+        Tensor::from_primitive(B::bool_from_step(self.tensor))
+    }
 }
 
 /// The tensors of a step's inputs or outputs, in a fixed order: plain tensors, tuples of them,
@@ -156,49 +176,24 @@ pub trait StepTensors<B: StepBackend>: Sized {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Layout(Vec<usize>);
 
-impl<B: StepBackend, const D: usize> StepTensors<B> for Tensor<B, D> {
-    fn into_parts(self, parts: &mut Vec<Part<B>>) {
-        parts.push(Part::float(self));
-    }
-    fn from_parts(parts: &mut std::vec::IntoIter<Part<B>>, _: &Layout) -> Self {
-        parts.next().expect("a part per tensor").into_float()
-    }
-    fn layout(&self) -> Layout {
-        Layout::default()
-    }
+macro_rules! tensor_parts {
+    ($kind:ty, $take:ident, $make:ident) => {
+        impl<B: StepBackend, const D: usize> StepTensors<B> for Tensor<B, D, $kind> {
+            fn into_parts(self, parts: &mut Vec<Part<B>>) {
+                parts.push(Part::$take(self));
+            }
+            fn from_parts(parts: &mut std::vec::IntoIter<Part<B>>, _: &Layout) -> Self {
+                parts.next().expect("a part per tensor").$make()
+            }
+            fn layout(&self) -> Layout {
+                Layout::default()
+            }
+        }
+    };
 }
-
-impl<B: StepBackend, const D: usize> StepTensors<B> for Tensor<B, D, Int> {
-    fn into_parts(self, parts: &mut Vec<Part<B>>) {
-        parts.push(Part {
-            tensor: B::int_into_step(self.into_primitive()),
-            kind: Kind::Int,
-            require_grad: false,
-        });
-    }
-    fn from_parts(parts: &mut std::vec::IntoIter<Part<B>>, _: &Layout) -> Self {
-        Tensor::from_primitive(B::int_from_step(parts.next().expect("a part").tensor))
-    }
-    fn layout(&self) -> Layout {
-        Layout::default()
-    }
-}
-
-impl<B: StepBackend, const D: usize> StepTensors<B> for Tensor<B, D, Bool> {
-    fn into_parts(self, parts: &mut Vec<Part<B>>) {
-        parts.push(Part {
-            tensor: B::bool_into_step(self.into_primitive()),
-            kind: Kind::Bool,
-            require_grad: false,
-        });
-    }
-    fn from_parts(parts: &mut std::vec::IntoIter<Part<B>>, _: &Layout) -> Self {
-        Tensor::from_primitive(B::bool_from_step(parts.next().expect("a part").tensor))
-    }
-    fn layout(&self) -> Layout {
-        Layout::default()
-    }
-}
+tensor_parts!(Float, float, into_float);
+tensor_parts!(Int, int, into_int);
+tensor_parts!(Bool, bool, into_bool);
 
 impl<B: StepBackend> StepTensors<B> for () {
     fn into_parts(self, _: &mut Vec<Part<B>>) {}
@@ -305,34 +300,21 @@ fn placeholder_of<B: StepBackend>(part: &Part<B>) -> Part<B> {
 impl<B: StepBackend> ModuleMapper<B> for Swap<B> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
-        let out = self.swap(Part::float(tensor)).into_float();
-        Param::from_mapped_value(id, out, mapper)
+        Param::from_mapped_value(id, self.swap(Part::float(tensor)).into_float(), mapper)
     }
     fn map_int<const D: usize>(
         &mut self,
         param: Param<Tensor<B, D, Int>>,
     ) -> Param<Tensor<B, D, Int>> {
         let (id, tensor, mapper) = param.consume();
-        let part = Part {
-            tensor: B::int_into_step(tensor.into_primitive()),
-            kind: Kind::Int,
-            require_grad: false,
-        };
-        let out = Tensor::from_primitive(B::int_from_step(self.swap(part).tensor));
-        Param::from_mapped_value(id, out, mapper)
+        Param::from_mapped_value(id, self.swap(Part::int(tensor)).into_int(), mapper)
     }
     fn map_bool<const D: usize>(
         &mut self,
         param: Param<Tensor<B, D, Bool>>,
     ) -> Param<Tensor<B, D, Bool>> {
         let (id, tensor, mapper) = param.consume();
-        let part = Part {
-            tensor: B::bool_into_step(tensor.into_primitive()),
-            kind: Kind::Bool,
-            require_grad: false,
-        };
-        let out = Tensor::from_primitive(B::bool_from_step(self.swap(part).tensor));
-        Param::from_mapped_value(id, out, mapper)
+        Param::from_mapped_value(id, self.swap(Part::bool(tensor)).into_bool(), mapper)
     }
 }
 

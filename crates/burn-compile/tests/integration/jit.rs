@@ -11,10 +11,10 @@ use burn::module::Module;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Distribution, Tensor, TensorData, Tolerance};
 use burn_compile::incident::approx_tolerance as tolerance;
-use burn_compile::{Compiled, metrics};
+use burn_compile::{Compiled, JitStats, metrics};
 use burn_flex::Flex;
 use std::marker::PhantomData;
 
@@ -142,32 +142,38 @@ fn a_new_batch_shape_records_again() {
     assert_eq!((stats.recordings, stats.replays), (4, 3), "{stats:?}");
 }
 
-/// One training step with SGD at a fixed learning rate: forward, loss, backward, update. 20
-/// steps replayed from the third: losses and parameters equal eager Flex's.
-#[test]
-fn sgd_training_steps_replay_and_match_eager() {
-    crate::own_process!(sgd_training_steps_replay_and_match_eager);
+/// One training step: forward, mean squared error, backward, optimizer step.
+fn train<B: AutodiffBackend>(
+    model: Mlp<B>,
+    optim: &mut impl Optimizer<Mlp<B>, B>,
+    lr: f64,
+    (x, y): (Tensor<B, 2>, Tensor<B, 2>),
+) -> (Mlp<B>, Tensor<B, 1>) {
+    let loss = MseLoss::new().forward(model.forward(x), y, Reduction::Mean);
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    (optim.step(lr, model, grads), loss)
+}
+
+/// `steps` training steps through `jit` and eagerly on Flex from the same weights, each on a
+/// fresh batch of `rows`; every loss compared. Returns the step's figures and reasons, and both
+/// models.
+fn train_against_eager(
+    mut optim: impl Optimizer<Mlp<AdC>, AdC>,
+    mut eager_optim: impl Optimizer<Mlp<AdF>, AdF>,
+    lr: f64,
+    steps: u64,
+    rows: usize,
+) -> (JitStats, Vec<String>, Mlp<AdC>, Mlp<AdF>) {
     let (mut model, mut eager) = pair::<AdC, AdF>();
-    let mut optim = SgdConfig::new().init::<AdC, Mlp<AdC>>();
-    let mut eager_optim = SgdConfig::new().init::<AdF, Mlp<AdF>>();
-    let mut step = burn_compile::jit(
-        |model: Mlp<AdC>, (x, y): (Tensor<AdC, 2>, Tensor<AdC, 2>)| {
-            let loss = MseLoss::new().forward(model.forward(x), y, Reduction::Mean);
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            let model = optim.step(0.05, model, grads);
-            (model, loss)
-        },
-    );
-    for call in 0..20u64 {
-        let (next, loss) = step.call(model, (input(16, call), target(16, 1000 + call)));
+    let mut step = burn_compile::jit(|model: Mlp<AdC>, batch: (Tensor<AdC, 2>, Tensor<AdC, 2>)| {
+        train(model, &mut optim, lr, batch)
+    });
+    for call in 0..steps {
+        let (next, loss) = step.call(model, (input(rows, call), target(rows, 1000 + call)));
         model = next;
-        let want = MseLoss::new().forward(
-            eager.forward(input(16, call)),
-            target(16, 1000 + call),
-            Reduction::Mean,
-        );
-        let grads = GradientsParams::from_grads(want.backward(), &eager);
-        eager = eager_optim.step(0.05, eager, grads);
+        let batch = (input(rows, call), target(rows, 1000 + call));
+        let (next, want) = train(eager, &mut eager_optim, lr, batch);
+        eager = next;
         assert_close(
             &format!("loss {call}"),
             loss.into_data(),
@@ -175,13 +181,23 @@ fn sgd_training_steps_replay_and_match_eager() {
             training_tolerance(),
         );
     }
-    let stats = step.stats();
-    assert_eq!(
-        (stats.recordings, stats.replays),
-        (2, 18),
-        "{:?}",
-        step.ineligible()
+    (step.stats(), step.ineligible(), model, eager)
+}
+
+/// SGD at a fixed learning rate: 20 steps replayed from the third; losses and parameters equal
+/// eager Flex's.
+#[test]
+fn sgd_training_steps_replay_and_match_eager() {
+    crate::own_process!(sgd_training_steps_replay_and_match_eager);
+    let sgd = || SgdConfig::new();
+    let (stats, why, model, eager) = train_against_eager(
+        sgd().init::<AdC, Mlp<AdC>>(),
+        sgd().init::<AdF, Mlp<AdF>>(),
+        0.05,
+        20,
+        16,
     );
+    assert_eq!((stats.recordings, stats.replays), (2, 18), "{why:?}");
     for (got, want) in weights(&model).into_iter().zip(weights(&eager)) {
         assert_close("parameters", got, want, training_tolerance());
     }
@@ -246,36 +262,16 @@ fn random_ops_draw_fresh_values_on_each_replay() {
 #[test]
 fn a_step_keeping_state_outside_its_arguments_is_refused_and_runs() {
     crate::own_process!(a_step_keeping_state_outside_its_arguments_is_refused_and_runs);
-    let (mut model, mut eager) = pair::<AdC, AdF>();
-    let mut optim = AdamConfig::new().init::<AdC, Mlp<AdC>>();
-    let mut eager_optim = AdamConfig::new().init::<AdF, Mlp<AdF>>();
-    let mut step = burn_compile::jit(
-        |model: Mlp<AdC>, (x, y): (Tensor<AdC, 2>, Tensor<AdC, 2>)| {
-            let loss = MseLoss::new().forward(model.forward(x), y, Reduction::Mean);
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            (optim.step(1e-2, model, grads), loss)
-        },
+    let adam = || AdamConfig::new();
+    let (stats, why, _, _) = train_against_eager(
+        adam().init::<AdC, Mlp<AdC>>(),
+        adam().init::<AdF, Mlp<AdF>>(),
+        1e-2,
+        4,
+        8,
     );
-    for call in 0..4u64 {
-        let (next, loss) = step.call(model, (input(8, call), target(8, call)));
-        model = next;
-        let want = MseLoss::new().forward(
-            eager.forward(input(8, call)),
-            target(8, call),
-            Reduction::Mean,
-        );
-        let grads = GradientsParams::from_grads(want.backward(), &eager);
-        eager = eager_optim.step(1e-2, eager, grads);
-        assert_close(
-            "loss",
-            loss.into_data(),
-            want.into_data(),
-            training_tolerance(),
-        );
-    }
-    let stats = step.stats();
     assert_eq!(stats.replays, 0);
-    let why = step.ineligible().join("\n");
+    let why = why.join("\n");
     assert!(why.contains("outside its state and outputs"), "{why}");
 }
 
