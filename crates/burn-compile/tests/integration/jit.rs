@@ -2,7 +2,8 @@
 //! eager Flex on fresh data each call; and the steps that must not be replayed, refused with
 //! their reason and still run.
 //!
-//! A module of its own: it reads the process-wide metrics. Tolerances: the forward pass as the
+//! A module of its own: it reads the process-wide metrics, so its tests hold `SERIAL` against
+//! each other (they run in parallel threads of the module's process). Tolerances: the forward pass as the
 //! differential tests' f32 (`approx_tolerance`); training as `autodiff.rs` (relative 1e-4,
 //! absolute 5e-5).
 
@@ -17,6 +18,13 @@ use burn_compile::incident::approx_tolerance as tolerance;
 use burn_compile::{Compiled, JitStats, metrics};
 use burn_flex::Flex;
 use std::marker::PhantomData;
+use std::sync::{Mutex, MutexGuard};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 use crate::support::{float_data, load, weights};
 
@@ -82,6 +90,7 @@ fn training_tolerance() -> Tolerance<f64> {
 #[test]
 fn inference_steps_replay_and_match_eager() {
     crate::own_process!(inference_steps_replay_and_match_eager);
+    let _serial = serial();
     let (mut model, eager) = pair::<C, Flex>();
     let kept = model.clone();
     let kept_weights = weights(&kept);
@@ -122,6 +131,7 @@ fn inference_steps_replay_and_match_eager() {
 #[test]
 fn a_new_batch_shape_records_again() {
     crate::own_process!(a_new_batch_shape_records_again);
+    let _serial = serial();
     let (mut model, eager) = pair::<C, Flex>();
     let mut step = burn_compile::jit(|model: Mlp<C>, x: Tensor<C, 2>| {
         let y = model.forward(x);
@@ -189,6 +199,7 @@ fn train_against_eager(
 #[test]
 fn sgd_training_steps_replay_and_match_eager() {
     crate::own_process!(sgd_training_steps_replay_and_match_eager);
+    let _serial = serial();
     let sgd = || SgdConfig::new();
     let (stats, why, model, eager) = train_against_eager(
         sgd().init::<AdC, Mlp<AdC>>(),
@@ -208,6 +219,7 @@ fn sgd_training_steps_replay_and_match_eager() {
 #[test]
 fn parameters_replaced_between_steps_are_picked_up() {
     crate::own_process!(parameters_replaced_between_steps_are_picked_up);
+    let _serial = serial();
     let (mut model, _) = pair::<C, Flex>();
     let mut step = burn_compile::jit(|model: Mlp<C>, x: Tensor<C, 2>| {
         let y = model.forward(x);
@@ -233,6 +245,7 @@ fn parameters_replaced_between_steps_are_picked_up() {
 #[test]
 fn random_ops_draw_fresh_values_on_each_replay() {
     crate::own_process!(random_ops_draw_fresh_values_on_each_replay);
+    let _serial = serial();
     let mut step = burn_compile::jit(|state: PhantomData<C>, x: Tensor<C, 2>| {
         let mask = x.random_like(Distribution::Bernoulli(0.5));
         (state, x * mask)
@@ -262,6 +275,7 @@ fn random_ops_draw_fresh_values_on_each_replay() {
 #[test]
 fn a_step_keeping_state_outside_its_arguments_is_refused_and_runs() {
     crate::own_process!(a_step_keeping_state_outside_its_arguments_is_refused_and_runs);
+    let _serial = serial();
     let adam = || AdamConfig::new();
     let (stats, why, _, _) = train_against_eager(
         adam().init::<AdC, Mlp<AdC>>(),
@@ -279,6 +293,7 @@ fn a_step_keeping_state_outside_its_arguments_is_refused_and_runs() {
 #[test]
 fn a_host_read_inside_the_step_is_refused() {
     crate::own_process!(a_host_read_inside_the_step_is_refused);
+    let _serial = serial();
     let mut step = burn_compile::jit(|state: PhantomData<C>, x: Tensor<C, 2>| {
         let total: f32 = x.clone().sum().into_scalar();
         (state, x.mul_scalar(total))
@@ -308,6 +323,7 @@ fn a_host_read_inside_the_step_is_refused() {
 #[test]
 fn a_scalar_changing_between_calls_is_refused() {
     crate::own_process!(a_scalar_changing_between_calls_is_refused);
+    let _serial = serial();
     let mut scale = 1.0f32;
     let mut step = burn_compile::jit(|state: PhantomData<C>, x: Tensor<C, 2>| {
         scale *= 2.0;
