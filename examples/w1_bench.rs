@@ -337,7 +337,6 @@ fn measure_jit<B: burn_compile::StepBackend>(
     let output = call().into_data();
     let (first, ms, issue_ms) =
         burn_compile_examples::time_calls::<B, _>(&device, s.iters, s.warmup, &mut call);
-    drop(call);
     let stats = step.stats();
     eprintln!(
         "{system} {dtype} infer: {} calls recorded, {} replayed{}",

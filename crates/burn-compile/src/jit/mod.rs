@@ -417,13 +417,16 @@ const STEP_END: &str = "end of a compiled step";
 /// Guards kept per step at most; a call with a new guard past it runs the function.
 const MAX_VARIANTS: usize = 8;
 
+/// The types a step function maps: `(state, inputs) -> (state, outputs)` on backend `B`.
+type StepSignature<B, S, I, O> = fn(S, I) -> (S, O, B);
+
 /// A step function compiled whole: see [`jit`].
 pub struct Jit<B, S, I, O, F> {
     f: F,
     variants: Vec<(Vec<Signature>, Layout, Variant)>,
     stats: JitStats,
     warned_full: bool,
-    _types: PhantomData<fn(S, I) -> (S, O, B)>,
+    _types: PhantomData<StepSignature<B, S, I, O>>,
 }
 
 /// Compiles a step function whole: `f(state, inputs) -> (state, outputs)`, where the state is
