@@ -1,8 +1,7 @@
-//! A compiled step (`burn_compile::jit`) beside the same step captured on every call, and eager
-//! Flex: the small encoder preset (d 64, 4 heads, 2 layers, batch 4 × 16) on the CPU, its
-//! inference and its training step with SGD at a fixed learning rate (Adam keeps its moments and
-//! step count inside the optimizer, which a replay cannot update: such a step is refused and
-//! runs every call, see the README).
+//! A compiled training step (`burn_compile::jit_train`) beside the same step captured on every
+//! call, and eager Flex: the small encoder preset (d 64, 4 heads, 2 layers, batch 4 × 16) on the
+//! CPU, trained with Adam (`burn_compile::optim`, its state in tensors) and a learning rate
+//! warmed up then decayed along a cosine, passed to the step as a scalar input.
 //!
 //! ```text
 //! cargo run --release -p burn-compile-examples --example jit_step [-- --iters N --rounds N]
@@ -17,10 +16,12 @@
 use burn::backend::Autodiff;
 use burn::module::Module;
 use burn::nn::transformer::TransformerEncoder;
-use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_compile::Compiled;
+use burn_compile::optim::{Adam, AdamConfig};
 use burn_compile_examples::{CollectWeights, encoder_config, forward, input_data, model_with};
 use burn_flex::Flex;
 use std::process::ExitCode;
@@ -29,18 +30,31 @@ use std::time::Instant;
 type C = Compiled<Flex>;
 type Ad<B> = Autodiff<B>;
 
-const LR: f64 = 1e-2;
 const SHAPE: [usize; 3] = [4, 16, 64];
+
+/// The learning rate of step `step`: a linear warm-up over 10 steps to 1e-2, then a cosine
+/// decay over 500.
+fn lr_at(step: u64) -> f64 {
+    let (peak, warmup, decay) = (1e-2, 10, 500);
+    if step < warmup {
+        return peak * (step + 1) as f64 / warmup as f64;
+    }
+    let t = ((step - warmup) as f64 / decay as f64).min(1.0);
+    0.5 * peak * (1.0 + (std::f64::consts::PI * t).cos())
+}
 
 fn train_step<B: AutodiffBackend>(
     model: TransformerEncoder<B>,
     optim: &mut impl Optimizer<TransformerEncoder<B>, B>,
+    lr: f64,
     x: Tensor<B, 3>,
 ) -> (TransformerEncoder<B>, Tensor<B, 1>) {
     let loss = forward(&model, &x).square().mean();
     let grads = GradientsParams::from_grads(loss.backward(), &model);
-    (optim.step(LR, model, grads), loss)
+    (optim.step(lr, model, grads), loss)
 }
+
+type JitOptim = OptimizerAdaptor<Adam, TransformerEncoder<Ad<C>>, Ad<C>>;
 
 /// Calls timed for the host cost: fewer than the device's queue of graphs holds, so that no
 /// call waits for the execution thread.
@@ -121,31 +135,49 @@ fn main() -> ExitCode {
 
     // Training: three systems from the same weights.
     let mut eager = Some(model_with::<Ad<Flex>>(&config, &weights, &device));
-    let mut eager_optim = SgdConfig::new().init();
+    let mut eager_optim = AdamConfig::new().init();
     let mut compiled = Some(model_with::<Ad<C>>(&config, &weights, &device));
-    let mut compiled_optim = SgdConfig::new().init();
+    let mut compiled_optim = AdamConfig::new().init();
     let mut jitted = Some(model_with::<Ad<C>>(&config, &weights, &device));
-    let mut jit_optim = SgdConfig::new().init();
-    let mut step = burn_compile::jit(|model: TransformerEncoder<Ad<C>>, x: Tensor<Ad<C>, 3>| {
-        train_step(model, &mut jit_optim, x)
-    });
+    let mut jit_optim: JitOptim = AdamConfig::new().init();
+    let mut step = burn_compile::jit_train(
+        |model: TransformerEncoder<Ad<C>>,
+         optim: &mut JitOptim,
+         (x, lr): (Tensor<Ad<C>, 3>, f64)| train_step(model, optim, lr, x),
+    );
+    // Each system's step count, for its learning rate.
+    let mut steps = [0u64; 3];
+    let mut lr = |system: usize| {
+        steps[system] += 1;
+        lr_at(steps[system] - 1)
+    };
 
     // The first losses agree.
     let mut first = [Vec::new(), Vec::new(), Vec::new()];
     for seed in 0..3 {
         let model = eager.take().unwrap();
-        let (m, l) = train_step(model, &mut eager_optim, Tensor::from_data(x(seed), &device));
+        let (m, l) = train_step(
+            model,
+            &mut eager_optim,
+            lr(0),
+            Tensor::from_data(x(seed), &device),
+        );
         eager = Some(m);
         first[0].push(l.into_scalar());
         let model = compiled.take().unwrap();
         let (m, l) = train_step(
             model,
             &mut compiled_optim,
+            lr(1),
             Tensor::from_data(x(seed), &device),
         );
         compiled = Some(m);
         first[1].push(l.into_scalar());
-        let (m, l) = step.call(jitted.take().unwrap(), Tensor::from_data(x(seed), &device));
+        let (m, l) = step.call(
+            jitted.take().unwrap(),
+            &mut jit_optim,
+            (Tensor::from_data(x(seed), &device), lr(2)),
+        );
         jitted = Some(m);
         first[2].push(l.into_scalar());
     }
@@ -164,7 +196,12 @@ fn main() -> ExitCode {
         e.push(time::<Ad<Flex>, _>(args.iters, |i| {
             let seed = 10 + round as u64 * 1000 + i;
             let model = eager.take().unwrap();
-            let (m, l) = train_step(model, &mut eager_optim, Tensor::from_data(x(seed), &device));
+            let (m, l) = train_step(
+                model,
+                &mut eager_optim,
+                lr(0),
+                Tensor::from_data(x(seed), &device),
+            );
             eager = Some(m);
             l
         }));
@@ -174,6 +211,7 @@ fn main() -> ExitCode {
             let (m, l) = train_step(
                 model,
                 &mut compiled_optim,
+                lr(1),
                 Tensor::from_data(x(seed), &device),
             );
             compiled = Some(m);
@@ -181,7 +219,11 @@ fn main() -> ExitCode {
         }));
         j.push(time::<Ad<C>, _>(args.iters, |i| {
             let seed = 10 + round as u64 * 1000 + i;
-            let (m, l) = step.call(jitted.take().unwrap(), Tensor::from_data(x(seed), &device));
+            let (m, l) = step.call(
+                jitted.take().unwrap(),
+                &mut jit_optim,
+                (Tensor::from_data(x(seed), &device), lr(2)),
+            );
             jitted = Some(m);
             l
         }));
@@ -196,7 +238,7 @@ fn main() -> ExitCode {
     };
     let (e, c, j) = (fig(&e), fig(&c), fig(&j));
     println!(
-        "training step, small preset on Flex ({} rounds × {} steps, median round):",
+        "training step (Adam, scheduled lr), small preset on Flex ({} rounds × {} steps, median round):",
         args.rounds, args.iters
     );
     println!(

@@ -252,20 +252,28 @@ impl KeyWriter {
 /// value, `None` when every scalar is equal: whether a recorded graph can be replayed with its
 /// scalars as they are.
 pub fn first_scalar_difference(a: &[OperationIr], b: &[OperationIr]) -> Option<usize> {
+    scalar_differences(a, b).first().copied()
+}
+
+/// Every op at which two recordings of one graph (equal keys) differ in a scalar operand's
+/// value, in order; an op past the shorter recording counts as differing.
+pub fn scalar_differences(a: &[OperationIr], b: &[OperationIr]) -> Vec<usize> {
     let mut writers = [KeyWriter::new(), KeyWriter::new()];
     for w in &mut writers {
         w.keep_scalars = true;
     }
     let [wa, wb] = &mut writers;
+    let mut differing = Vec::new();
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
         let (from_a, from_b) = (wa.segment.len(), wb.segment.len());
         wa.push(x);
         wb.push(y);
         if wa.segment[from_a..] != wb.segment[from_b..] {
-            return Some(i);
+            differing.push(i);
         }
     }
-    (a.len() != b.len()).then_some(a.len().min(b.len()))
+    differing.extend(a.len().min(b.len())..a.len().max(b.len()));
+    differing
 }
 
 /// Error type of the key walk (never produced for `OperationIr`).

@@ -7,10 +7,14 @@ mod activation;
 mod inputs;
 mod key;
 mod listing;
+mod scalars;
 mod segment;
 
 pub use activation::Activation;
 pub use inputs::{GraphInput, graph_inputs};
-pub use key::{DimOwner, GraphKey, KeyWriter, OpShape, first_scalar_difference};
+pub use key::{
+    DimOwner, GraphKey, KeyWriter, OpShape, first_scalar_difference, scalar_differences,
+};
 pub use listing::{op_listing, op_name};
+pub use scalars::{scalar_operands, scalar_operands_mut};
 pub use segment::Segment;

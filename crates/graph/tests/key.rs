@@ -2,7 +2,10 @@
 //! dtypes and statuses. Backend-free: graphs are built by hand.
 
 use burn_backend::{DType, Shape};
-use burn_compile_graph::{KeyWriter, Segment, first_scalar_difference, op_listing};
+use burn_compile_graph::{
+    KeyWriter, Segment, first_scalar_difference, op_listing, scalar_differences, scalar_operands,
+    scalar_operands_mut,
+};
 use burn_ir::{
     BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, TensorId,
     TensorIr, TensorStatus, UnaryOpIr,
@@ -205,4 +208,19 @@ fn scalar_differences_are_found_at_their_op_whatever_the_ids() {
     );
     // A shorter recording differs where it ends.
     assert_eq!(first_scalar_difference(&a, &a[..2]), Some(2));
+}
+
+#[test]
+fn every_scalar_difference_is_listed_and_its_operand_rewritable() {
+    let a = graph([1, 2, 3, 4], 0.5, [4, 8]);
+    let mut b = graph([1, 2, 3, 4], 0.25, [4, 8]);
+    b.push(b[0].clone());
+    // Op 0 differs in value, op 3 exists in one recording only.
+    assert_eq!(scalar_differences(&a, &b), vec![0, 3]);
+    assert_eq!(scalar_operands(&b[0]), Some(vec![ScalarIr::Float(0.25)]));
+    assert_eq!(scalar_operands(&b[1]), None, "exp has no scalar");
+    for s in scalar_operands_mut(&mut b[0]).unwrap() {
+        *s = ScalarIr::Float(0.5);
+    }
+    assert_eq!(scalar_differences(&a, &b[..3]), Vec::<usize>::new());
 }

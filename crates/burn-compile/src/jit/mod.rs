@@ -14,7 +14,12 @@
 //! Anything else makes the guard *ineligible*: the reason is logged under
 //! `burn_compile::jit` (and returned by [`Jit::ineligible`]) and every call runs the function.
 
+mod parts;
 pub(crate) mod recorder;
+mod training;
+
+pub use parts::{Kind, Layout, Modules, Part, Parts, PartsIter, StepState, StepTensors};
+pub use training::{StepOptimizer, StepSimpleOptimizer, Training, jit_train};
 
 use crate::backend::Compiled;
 use crate::capture::{BreakReason, CompileClient};
@@ -23,14 +28,16 @@ use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
-use burn_backend::{AutodiffBackend, Backend, DType, Shape, TensorMetadata};
-use burn_compile_graph::{GraphKey, first_scalar_difference, op_name};
+use burn_backend::{AutodiffBackend, Backend, DType, Shape};
+use burn_compile_graph::{
+    GraphKey, op_name, scalar_differences, scalar_operands, scalar_operands_mut,
+};
 use burn_compile_runtime::StepBinding;
 use burn_compile_schedule::Plan;
-use burn_core::module::{Module, ModuleMapper, Param};
-use burn_ir::{BackendIr, OperationIr, TensorId, TensorStatus};
+use burn_core::module::Module;
+use burn_ir::{BackendIr, OperationIr, ScalarIr, TensorId, TensorStatus};
 use burn_router::RouterTensor;
-use burn_tensor::{Bool, Float, Int, Tensor, TensorPrimitive};
+use parts::id_of;
 use rustc_hash::FxHashSet;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -108,240 +115,6 @@ impl<B: BackendIr, C: CheckpointStrategy> StepBackend for Autodiff<Compiled<B>, 
     }
 }
 
-/// Which kind of tensor a part is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    Float,
-    Int,
-    Bool,
-}
-
-/// One tensor of a step's inputs or outputs, taken apart.
-pub struct Part<B: StepBackend> {
-    tensor: StepTensor<B>,
-    kind: Kind,
-    require_grad: bool,
-}
-
-impl<B: StepBackend> Part<B> {
-    fn float<const D: usize>(tensor: Tensor<B, D>) -> Self {
-        let (tensor, require_grad) = B::float_into_step(tensor.into_primitive().tensor());
-        Self {
-            tensor,
-            kind: Kind::Float,
-            require_grad,
-        }
-    }
-    fn into_float<const D: usize>(self) -> Tensor<B, D> {
-        Tensor::from_primitive(TensorPrimitive::Float(B::float_from_step(
-            self.tensor,
-            self.require_grad,
-        )))
-    }
-    fn int<const D: usize>(tensor: Tensor<B, D, Int>) -> Self {
-        Self {
-            tensor: B::int_into_step(tensor.into_primitive()),
-            kind: Kind::Int,
-            require_grad: false,
-        }
-    }
-    fn into_int<const D: usize>(self) -> Tensor<B, D, Int> {
-        Tensor::from_primitive(B::int_from_step(self.tensor))
-    }
-    fn bool<const D: usize>(tensor: Tensor<B, D, Bool>) -> Self {
-        Self {
-            tensor: B::bool_into_step(tensor.into_primitive()),
-            kind: Kind::Bool,
-            require_grad: false,
-        }
-    }
-    fn into_bool<const D: usize>(self) -> Tensor<B, D, Bool> {
-        Tensor::from_primitive(B::bool_from_step(self.tensor))
-    }
-}
-
-/// The tensors of a step's inputs or outputs, in a fixed order: plain tensors, tuples of them,
-/// `Vec`s and `Option`s of them. Implement it for a batch struct by listing its tensors.
-pub trait StepTensors<B: StepBackend>: Sized {
-    /// Moves the tensors into `parts`, in order.
-    fn into_parts(self, parts: &mut Vec<Part<B>>);
-    /// Rebuilds the value from parts in the same order (`like`: the layout of a value of the
-    /// same structure, for `Vec` lengths and `Option`s).
-    fn from_parts(parts: &mut std::vec::IntoIter<Part<B>>, like: &Layout) -> Self;
-    /// The layout [`StepTensors::from_parts`] needs to rebuild this value.
-    fn layout(&self) -> Layout;
-}
-
-/// Lengths of the `Vec`s and presence of the `Option`s of a value, in order.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Layout(Vec<usize>);
-
-macro_rules! tensor_parts {
-    ($kind:ty, $take:ident, $make:ident) => {
-        impl<B: StepBackend, const D: usize> StepTensors<B> for Tensor<B, D, $kind> {
-            fn into_parts(self, parts: &mut Vec<Part<B>>) {
-                parts.push(Part::$take(self));
-            }
-            fn from_parts(parts: &mut std::vec::IntoIter<Part<B>>, _: &Layout) -> Self {
-                parts.next().expect("a part per tensor").$make()
-            }
-            fn layout(&self) -> Layout {
-                Layout::default()
-            }
-        }
-    };
-}
-tensor_parts!(Float, float, into_float);
-tensor_parts!(Int, int, into_int);
-tensor_parts!(Bool, bool, into_bool);
-
-impl<B: StepBackend> StepTensors<B> for () {
-    fn into_parts(self, _: &mut Vec<Part<B>>) {}
-    fn from_parts(_: &mut std::vec::IntoIter<Part<B>>, _: &Layout) -> Self {}
-    fn layout(&self) -> Layout {
-        Layout::default()
-    }
-}
-
-impl<B: StepBackend, T: StepTensors<B>> StepTensors<B> for Vec<T> {
-    fn into_parts(self, parts: &mut Vec<Part<B>>) {
-        for t in self {
-            t.into_parts(parts);
-        }
-    }
-    fn from_parts(parts: &mut std::vec::IntoIter<Part<B>>, like: &Layout) -> Self {
-        let mut layouts = like.0.iter();
-        let n = *layouts.next().expect("a Vec's length");
-        let inner = Layout(layouts.copied().collect());
-        (0..n).map(|_| T::from_parts(parts, &inner)).collect()
-    }
-    fn layout(&self) -> Layout {
-        // Elements of one Vec share their layout (checked by the guard: it compares shapes).
-        let mut l = vec![self.len()];
-        if let Some(first) = self.first() {
-            l.extend(first.layout().0);
-        }
-        Layout(l)
-    }
-}
-
-macro_rules! tuple_tensors {
-    ($($t:ident $i:tt),+) => {
-        impl<B: StepBackend, $($t: StepTensors<B>),+> StepTensors<B> for ($($t,)+) {
-            fn into_parts(self, parts: &mut Vec<Part<B>>) {
-                $(self.$i.into_parts(parts);)+
-            }
-            fn from_parts(parts: &mut std::vec::IntoIter<Part<B>>, like: &Layout) -> Self {
-                let _ = like;
-                ($($t::from_parts(parts, &Layout::default()),)+)
-            }
-            fn layout(&self) -> Layout {
-                let mut l = Vec::new();
-                $(l.extend(self.$i.layout().0);)+
-                Layout(l)
-            }
-        }
-    };
-}
-tuple_tensors!(A 0);
-tuple_tensors!(A 0, C 1);
-tuple_tensors!(A 0, C 1, D 2);
-tuple_tensors!(A 0, C 1, D 2, E 3);
-tuple_tensors!(A 0, C 1, D 2, E 3, F 4);
-
-/// Moves a module's parameter tensors out (into `taken`, leaving placeholders), or puts the
-/// parts of `put` into the placeholders.
-struct Swap<B: StepBackend> {
-    taken: Vec<Part<B>>,
-    put: Option<std::vec::IntoIter<Part<B>>>,
-    count: usize,
-}
-
-impl<B: StepBackend> Swap<B> {
-    fn swap(&mut self, part: Part<B>) -> Part<B> {
-        self.count += 1;
-        match &mut self.put {
-            None => {
-                // The placeholder names the same tensor; it is disposed of without an op when
-                // swapped out again (`dispose`).
-                let placeholder = placeholder_of(&part);
-                self.taken.push(part);
-                placeholder
-            }
-            Some(parts) => {
-                dispose(part.tensor);
-                parts.next().expect("a part per parameter")
-            }
-        }
-    }
-}
-
-/// The id of a tensor (burn-router keeps it private): read from a clone's IR, which leaves the
-/// reference count as it was.
-fn id_of<C: burn_router::RunnerClient>(tensor: &RouterTensor<C>) -> TensorId {
-    tensor.clone().into_ir().id
-}
-
-/// A tensor object dropped without recording a drop: its id stays registered.
-fn dispose<C: burn_router::RunnerClient>(tensor: RouterTensor<C>) {
-    // `into_ir` takes a sole owner's reference without a drop op.
-    let _ = tensor.into_ir();
-}
-
-fn placeholder_of<B: StepBackend>(part: &Part<B>) -> Part<B> {
-    let t = &part.tensor;
-    Part {
-        tensor: RouterTensor::new(id_of(t), t.shape(), t.dtype(), t.client.clone()),
-        kind: part.kind,
-        require_grad: part.require_grad,
-    }
-}
-
-impl<B: StepBackend> ModuleMapper<B> for Swap<B> {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let (id, tensor, mapper) = param.consume();
-        Param::from_mapped_value(id, self.swap(Part::float(tensor)).into_float(), mapper)
-    }
-    fn map_int<const D: usize>(
-        &mut self,
-        param: Param<Tensor<B, D, Int>>,
-    ) -> Param<Tensor<B, D, Int>> {
-        let (id, tensor, mapper) = param.consume();
-        Param::from_mapped_value(id, self.swap(Part::int(tensor)).into_int(), mapper)
-    }
-    fn map_bool<const D: usize>(
-        &mut self,
-        param: Param<Tensor<B, D, Bool>>,
-    ) -> Param<Tensor<B, D, Bool>> {
-        let (id, tensor, mapper) = param.consume();
-        Param::from_mapped_value(id, self.swap(Part::bool(tensor)).into_bool(), mapper)
-    }
-}
-
-/// Takes the state's parameter tensors out, leaving placeholders.
-fn take_state<B: StepBackend, S: Module<B>>(state: S) -> (S, Vec<Part<B>>) {
-    let mut swap = Swap {
-        taken: Vec::new(),
-        put: None,
-        count: 0,
-    };
-    let state = state.map(&mut swap);
-    (state, swap.taken)
-}
-
-/// Puts `parts` into the placeholders of `state` (from [`take_state`]).
-fn put_state<B: StepBackend, S: Module<B>>(state: S, parts: Vec<Part<B>>) -> S {
-    let n = parts.len();
-    let mut swap = Swap {
-        taken: Vec::new(),
-        put: Some(parts.into_iter()),
-        count: 0,
-    };
-    let state = state.map(&mut swap);
-    assert_eq!(swap.count, n, "a state of the recorded structure");
-    state
-}
-
 /// What a part looks like to the guard.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Signature {
@@ -377,10 +150,47 @@ fn take<B: StepBackend>(part: Part<B>) -> (Taken, Signature, CompileClient<B::Ca
     )
 }
 
+/// What a call's structure is compared on: its tensors, the state's own layout (which
+/// parameters have optimizer state), the inputs' layout and how many scalars they hold.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Guard {
+    tensors: Vec<Signature>,
+    state: Vec<usize>,
+    inputs: Layout,
+    scalars: usize,
+}
+
+/// How a scalar input reached a scalar operand: as it is, or rounded to `f32` on the way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rounding {
+    Exact,
+    F32,
+}
+
+impl Rounding {
+    fn apply(self, value: f64) -> f64 {
+        match self {
+            Rounding::Exact => value,
+            Rounding::F32 => value as f32 as f64,
+        }
+    }
+}
+
+/// A scalar operand that follows a scalar input of the step: operand `operand` of op `op`
+/// takes input `input`'s value on each replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ScalarBinding {
+    op: usize,
+    operand: usize,
+    input: usize,
+    rounding: Rounding,
+}
+
 /// A graph a step was recorded as, ready to replay.
 struct Recording {
     key: GraphKey,
     plan: Arc<Plan>,
+    /// The recorded ops, their bound scalar operands holding the values of `scalars`.
     ops: Arc<Vec<OperationIr>>,
     device: usize,
     /// The graph's id for each input part.
@@ -390,6 +200,42 @@ struct Recording {
     /// Ids the binding frees after the graph.
     released: Vec<TensorId>,
     output_layout: Layout,
+    /// The scalar inputs the ops hold now.
+    scalars: Vec<f64>,
+    bindings: Vec<ScalarBinding>,
+    /// Scalar inputs equal in both recordings: which operands follow them is unknown, so a
+    /// call with another value records again.
+    pinned: Vec<bool>,
+}
+
+impl Recording {
+    /// Whether a call with these scalar inputs can replay this recording.
+    fn accepts(&self, scalars: &[f64]) -> bool {
+        self.pinned
+            .iter()
+            .zip(&self.scalars)
+            .zip(scalars)
+            .all(|((pinned, held), new)| !pinned || held.to_bits() == new.to_bits())
+    }
+
+    /// Writes the call's scalar inputs into the operands bound to them (the ops are copied
+    /// first only while a queued replay still reads them).
+    fn bind_scalars(&mut self, scalars: &[f64]) {
+        let same = self
+            .scalars
+            .iter()
+            .zip(scalars)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        if same {
+            return;
+        }
+        let ops = Arc::make_mut(&mut self.ops);
+        for b in &self.bindings {
+            let mut operands = scalar_operands_mut(&mut ops[b.op]).expect("bound when recorded");
+            *operands[b.operand] = ScalarIr::Float(b.rounding.apply(scalars[b.input]));
+        }
+        self.scalars = scalars.to_vec();
+    }
 }
 
 /// The recordings of one guard.
@@ -397,6 +243,9 @@ enum Variant {
     /// Recorded once; the next call records again to check the graph repeats.
     Once(Recording),
     Ready(Recording),
+    /// The step returned a state of another structure (an optimizer's first step creates its
+    /// state): the next call has another guard, this one is not replayed.
+    Transient,
     Ineligible(String),
 }
 
@@ -420,27 +269,29 @@ const MAX_VARIANTS: usize = 8;
 /// The types a step function maps: `(state, inputs) -> (state, outputs)` on backend `B`.
 type StepSignature<B, S, I, O> = fn(S, I) -> (S, O, B);
 
-/// A step function compiled whole: see [`jit`].
+/// A step function compiled whole: see [`jit`] and [`jit_train`].
 pub struct Jit<B, S, I, O, F> {
     f: F,
-    variants: Vec<(Vec<Signature>, Layout, Variant)>,
+    variants: Vec<(Guard, Variant)>,
     stats: JitStats,
     warned_full: bool,
+    strict: bool,
     _types: PhantomData<StepSignature<B, S, I, O>>,
 }
 
 /// Compiles a step function whole: `f(state, inputs) -> (state, outputs)`, where the state is
 /// a [`Module`] (a model, or a tuple of a model and anything else that is a module) and inputs
-/// and outputs are [`StepTensors`] (tensors, tuples, `Vec`s). [`Jit::call`] runs `f` under
-/// capture on its first calls with a given structure (the guard: every tensor's shape, dtype,
-/// ownership and gradient flag), then replays the recorded graph without running `f`.
+/// and outputs are [`StepTensors`] (tensors, scalars, tuples, `Vec`s). [`Jit::call`] runs `f`
+/// under capture on its first calls with a given structure (the guard: every tensor's shape,
+/// dtype, ownership and gradient flag), then replays the recorded graph without running `f`.
+/// A training step with an optimizer: [`jit_train`].
 ///
 /// What a replay does not do: anything `f` does besides computing tensors — printing, counting,
-/// reading values, changing host state such as an optimizer's step counter or a learning-rate
-/// schedule. Values such as the learning rate are constants of the recording; a step whose
-/// scalars change between its two recording calls is not replayed (see
-/// [`Jit::ineligible`]). Random ops draw fresh values on every replay.
-pub fn jit<B, S, I, O, F>(f: F) -> Jit<B, S, I, O, F>
+/// reading values, changing host state. A value computed on the host inside `f` is a constant
+/// of the recording; one that changes between calls must come in as a scalar input (`f64` among
+/// the inputs), whose operands each replay rewrites. A step whose scalars change otherwise is
+/// not replayed (see [`Jit::ineligible`]). Random ops draw fresh values on every replay.
+pub fn jit<B, S, I, O, F>(f: F) -> Jit<B, Modules<S>, I, O, F>
 where
     B: StepBackend,
     S: Module<B>,
@@ -448,16 +299,10 @@ where
     O: StepTensors<B>,
     F: FnMut(S, I) -> (S, O),
 {
-    Jit {
-        f,
-        variants: Vec::new(),
-        stats: JitStats::default(),
-        warned_full: false,
-        _types: PhantomData,
-    }
+    Jit::new(f)
 }
 
-impl<B, S, I, O, F> Jit<B, S, I, O, F>
+impl<B, S, I, O, F> Jit<B, Modules<S>, I, O, F>
 where
     B: StepBackend,
     S: Module<B>,
@@ -467,44 +312,121 @@ where
 {
     /// Runs the step: replayed when its guard's recordings allow, else by calling `f`.
     pub fn call(&mut self, state: S, inputs: I) -> (S, O) {
-        let (state, state_parts) = take_state(state);
+        let (Modules(state), out) = self.run(Modules(state), inputs, |f, state, inputs| {
+            let (state, out) = f(state.0, inputs);
+            (Modules(state), out)
+        });
+        (state, out)
+    }
+}
+
+impl<B, S, I, O, F> Jit<B, S, I, O, F>
+where
+    B: StepBackend,
+    S: StepState<B>,
+    I: StepTensors<B>,
+    O: StepTensors<B>,
+{
+    fn new(f: F) -> Self {
+        Jit {
+            f,
+            variants: Vec::new(),
+            stats: JitStats::default(),
+            warned_full: false,
+            strict: false,
+            _types: PhantomData,
+        }
+    }
+
+    /// Strict: a call whose step cannot be replayed panics with the reason (after running the
+    /// step once), instead of running it every call. For a loop that must not silently lose
+    /// the replay.
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    /// Calls so far: recorded, replayed, run.
+    pub fn stats(&self) -> JitStats {
+        self.stats.clone()
+    }
+
+    /// Why calls are not replayed: one line per input structure that is ineligible.
+    pub fn ineligible(&self) -> Vec<String> {
+        self.variants
+            .iter()
+            .filter_map(|(_, v)| match v {
+                Variant::Ineligible(why) => Some(why.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Takes the call apart, then replays, records or runs it (`call` runs the function).
+    fn run(&mut self, state: S, inputs: I, call: impl FnOnce(&mut F, S, I) -> (S, O)) -> (S, O) {
+        let mut tensors = Vec::new();
+        let mut state_layout = Vec::new();
+        let state = state.take_parts(&mut tensors, &mut state_layout);
+        let state_len = tensors.len();
         let layout = inputs.layout();
-        let mut parts = state_parts;
-        let state_len = parts.len();
+        let mut parts = Parts {
+            tensors,
+            scalars: Vec::new(),
+        };
         inputs.into_parts(&mut parts);
-        let mut taken = Vec::with_capacity(parts.len());
-        let mut guard = Vec::with_capacity(parts.len());
+        let Parts { tensors, scalars } = parts;
+        let mut taken = Vec::with_capacity(tensors.len());
+        let mut signatures = Vec::with_capacity(tensors.len());
         let mut client = None;
-        for part in parts {
+        for part in tensors {
             let (t, sig, c) = take(part);
             taken.push(t);
-            guard.push(sig);
+            signatures.push(sig);
             client.get_or_insert(c);
         }
         let Some(client) = client else {
             // No tensor: nothing to bind; the function runs.
             self.stats.runs += 1;
-            let inputs = I::from_parts(&mut Vec::new().into_iter(), &layout);
-            return (self.f)(put_state(state, Vec::new()), inputs);
+            let state = state.put_parts(&mut Vec::new().into_iter());
+            let rest = Parts {
+                tensors: Vec::new(),
+                scalars,
+            };
+            let inputs = I::from_parts(&mut rest.into_iter(), &layout);
+            return call(&mut self.f, state, inputs);
+        };
+        let guard = Guard {
+            tensors: signatures,
+            state: state_layout,
+            inputs: layout,
+            scalars: scalars.len(),
         };
         let off = crate::stance::stance() == crate::Stance::Eager
             || !crate::config::config_for(&burn_router::RunnerClient::device(&client)).enabled;
-        let found = self
-            .variants
-            .iter()
-            .position(|(g, l, _)| *g == guard && *l == layout);
-        if !off
-            && let Some(i) = found
-            && let Variant::Ready(rec) = &self.variants[i].2
-            && rec.device == client.device_key()
-        {
-            self.stats.replays += 1;
-            COUNTERS.step_replays.fetch_add(1, Ordering::Relaxed);
-            return replay(rec, &client, taken, state, state_len);
+        let found = self.variants.iter().position(|(g, _)| *g == guard);
+        if !off && let Some(i) = found {
+            let variant = &mut self.variants[i].1;
+            if let Variant::Ready(rec) = &mut *variant
+                && rec.device == client.device_key()
+            {
+                if rec.accepts(&scalars) {
+                    rec.bind_scalars(&scalars);
+                    self.stats.replays += 1;
+                    COUNTERS.step_replays.fetch_add(1, Ordering::Relaxed);
+                    return replay(rec, &client, taken, state, state_len);
+                }
+                tracing::debug!(
+                    target: "burn_compile::jit",
+                    "a scalar input both recordings held equal changed: recording again"
+                );
+                if let Variant::Ready(rec) = std::mem::replace(variant, Variant::Transient) {
+                    *variant = Variant::Once(rec);
+                }
+            }
         }
         let record = !off
             && match found {
-                Some(i) => matches!(self.variants[i].2, Variant::Once(_)),
+                Some(i) => matches!(self.variants[i].1, Variant::Once(_)),
                 None if self.variants.len() < MAX_VARIANTS => true,
                 None => {
                     if !self.warned_full {
@@ -519,11 +441,18 @@ where
                 }
             };
         crate::mark_step();
-        let (state, inputs, held) =
-            rebuild_inputs::<B, S, I>(&client, state, state_len, &taken, &guard, &layout);
+        let (state, inputs, held) = rebuild_inputs::<B, S, I>(
+            &client,
+            state,
+            state_len,
+            &taken,
+            &guard.tensors,
+            &guard.inputs,
+            scalars.clone(),
+        );
         if !record {
             self.stats.runs += 1;
-            let out = (self.f)(state, inputs);
+            let out = call(&mut self.f, state, inputs);
             drop(held);
             return out;
         }
@@ -532,19 +461,29 @@ where
         let eager_before = COUNTERS.eager_ops.load(Ordering::Relaxed);
         let input_ids: Vec<TensorId> = held.ids.clone();
         let session = recorder::start();
-        let (state_out, outputs) = (self.f)(state, inputs);
+        let (state_out, outputs) = call(&mut self.f, state, inputs);
         let out_layout = outputs.layout();
         close_step();
         let graphs = session.finish();
         let eager = COUNTERS.eager_ops.load(Ordering::Relaxed) - eager_before;
         drop(held);
         // The outputs, renamed to tensors of their own: the graph's ids stay the recording's.
-        let (state_out, mut out_parts) = take_state(state_out);
-        let state_out_len = out_parts.len();
+        let mut out_tensors = Vec::new();
+        let mut out_state_layout = Vec::new();
+        let state_out = state_out.take_parts(&mut out_tensors, &mut out_state_layout);
+        let state_out_len = out_tensors.len();
+        let mut out_parts = Parts {
+            tensors: out_tensors,
+            scalars: Vec::new(),
+        };
         outputs.into_parts(&mut out_parts);
-        let mut out_taken = Vec::with_capacity(out_parts.len());
-        let mut out_sigs = Vec::with_capacity(out_parts.len());
-        for part in out_parts {
+        let Parts {
+            tensors: out_tensors,
+            scalars: out_scalars,
+        } = out_parts;
+        let mut out_taken = Vec::with_capacity(out_tensors.len());
+        let mut out_sigs = Vec::with_capacity(out_tensors.len());
+        for part in out_tensors {
             let (t, sig, _) = take(part);
             out_taken.push(t);
             out_sigs.push(sig);
@@ -569,75 +508,85 @@ where
                 }
             }
         }
-        let verdict = analyse(
-            graphs,
-            eager,
-            client.device_key(),
-            &input_ids,
-            (state_len, state_out_len),
-            &out_taken,
-            out_sigs,
-        );
+        let transient = state_len != state_out_len || guard.state != out_state_layout;
+        let verdict = if transient {
+            None
+        } else if !out_scalars.is_empty() {
+            Some(Err(format!(
+                "the step returns {} host value(s) (scalars): a replay cannot compute them; \
+                 return tensors",
+                out_scalars.len()
+            )))
+        } else {
+            Some(analyse(
+                graphs,
+                eager,
+                client.device_key(),
+                &input_ids,
+                (state_len, state_out_len),
+                &out_taken,
+                out_sigs,
+            ))
+        };
         let slot = found.unwrap_or_else(|| {
-            self.variants
-                .push((guard, layout, Variant::Ineligible(String::new())));
+            self.variants.push((guard, Variant::Transient));
             self.variants.len() - 1
         });
-        let previous = std::mem::replace(
-            &mut self.variants[slot].2,
-            Variant::Ineligible(String::new()),
-        );
+        let previous = std::mem::replace(&mut self.variants[slot].1, Variant::Transient);
         let next = match (verdict, previous) {
-            (Err(why), _) => {
-                tracing::info!(target: "burn_compile::jit", "step not replayed: {why}");
-                Variant::Ineligible(why)
+            (None, _) => {
+                tracing::debug!(
+                    target: "burn_compile::jit",
+                    "the step returned a state of another structure (an optimizer's first \
+                     step): not replayed for this structure"
+                );
+                Variant::Transient
             }
-            (Ok(mut rec), Variant::Once(first)) => match repeats(&first, &rec) {
-                Ok(()) => {
-                    rec.output_layout = out_layout.clone();
-                    tracing::debug!(
-                        target: "burn_compile::jit",
-                        "step recorded: graph {} of {} ops, {} inputs, {} outputs",
-                        rec.key,
-                        rec.ops.len(),
-                        rec.inputs.len(),
-                        rec.outputs.len()
-                    );
-                    Variant::Ready(rec)
+            (Some(Err(why)), _) => Variant::Ineligible(why),
+            (Some(Ok(mut rec)), Variant::Once(first)) => {
+                rec.scalars = scalars;
+                match repeats(&first, &rec) {
+                    Ok((bindings, pinned)) => {
+                        rec.output_layout = out_layout.clone();
+                        rec.bindings = bindings;
+                        rec.pinned = pinned;
+                        tracing::debug!(
+                            target: "burn_compile::jit",
+                            "step recorded: graph {} of {} ops, {} inputs, {} outputs, {} \
+                             scalar operands bound",
+                            rec.key,
+                            rec.ops.len(),
+                            rec.inputs.len(),
+                            rec.outputs.len(),
+                            rec.bindings.len()
+                        );
+                        Variant::Ready(rec)
+                    }
+                    Err(why) => Variant::Ineligible(why),
                 }
-                Err(why) => {
-                    tracing::info!(target: "burn_compile::jit", "step not replayed: {why}");
-                    Variant::Ineligible(why)
-                }
-            },
-            (Ok(mut rec), _) => {
+            }
+            (Some(Ok(mut rec)), _) => {
                 rec.output_layout = out_layout.clone();
+                rec.scalars = scalars;
                 Variant::Once(rec)
             }
         };
-        self.variants[slot].2 = next;
+        if let Variant::Ineligible(why) = &next {
+            tracing::info!(target: "burn_compile::jit", "step not replayed: {why}");
+            if self.strict {
+                panic!("a strict compiled step cannot be replayed: {why}");
+            }
+        }
+        self.variants[slot].1 = next;
         let mut fresh = fresh.into_iter();
         let state_parts: Vec<Part<B>> = fresh.by_ref().take(state_out_len).collect();
-        let state_out = put_state(state_out, state_parts);
-        let rest: Vec<Part<B>> = fresh.collect();
+        let state_out = state_out.put_parts(&mut state_parts.into_iter());
+        let rest = Parts {
+            tensors: fresh.collect(),
+            scalars: out_scalars,
+        };
         let outputs = O::from_parts(&mut rest.into_iter(), &out_layout);
         (state_out, outputs)
-    }
-
-    /// Calls so far: recorded, replayed, run.
-    pub fn stats(&self) -> JitStats {
-        self.stats.clone()
-    }
-
-    /// Why calls are not replayed: one line per input structure that is ineligible.
-    pub fn ineligible(&self) -> Vec<String> {
-        self.variants
-            .iter()
-            .filter_map(|(_, _, v)| match v {
-                Variant::Ineligible(why) => Some(why.clone()),
-                _ => None,
-            })
-            .collect()
     }
 }
 
@@ -652,13 +601,14 @@ struct Held<B: StepBackend> {
 /// Rebuilds the state (its placeholders) and the inputs from the taken tensors. A tensor the
 /// caller handed over keeps its id; one the caller still holds is passed as a new tensor that
 /// shares its inner tensor, so that a recording never reads or writes an id a caller holds.
-fn rebuild_inputs<B: StepBackend, S: Module<B>, I: StepTensors<B>>(
+fn rebuild_inputs<B: StepBackend, S: StepState<B>, I: StepTensors<B>>(
     client: &CompileClient<B::Captured>,
     state: S,
     state_len: usize,
     taken: &[Taken],
     guard: &[Signature],
     layout: &Layout,
+    scalars: Vec<f64>,
 ) -> (S, I, Held<B>) {
     let inner = taken.iter().any(|t| !t.owned).then(|| client.inner());
     let mut parts = Vec::with_capacity(taken.len());
@@ -684,8 +634,11 @@ fn rebuild_inputs<B: StepBackend, S: Module<B>, I: StepTensors<B>>(
     }
     let mut parts = parts.into_iter();
     let state_parts: Vec<Part<B>> = parts.by_ref().take(state_len).collect();
-    let state = put_state(state, state_parts);
-    let rest: Vec<Part<B>> = parts.collect();
+    let state = state.put_parts(&mut state_parts.into_iter());
+    let rest = Parts {
+        tensors: parts.collect(),
+        scalars,
+    };
     let inputs = I::from_parts(&mut rest.into_iter(), layout);
     (state, inputs, held)
 }
@@ -818,6 +771,9 @@ fn analyse(
         outputs: outputs.iter().map(|t| t.id).zip(signatures).collect(),
         released,
         output_layout: Layout::default(),
+        scalars: Vec::new(),
+        bindings: Vec::new(),
+        pinned: Vec::new(),
     })
 }
 
@@ -833,21 +789,18 @@ fn ordinals(ops: &[OperationIr]) -> rustc_hash::FxHashMap<TensorId, u32> {
     map
 }
 
-/// Whether a second recording repeats the first: the same graph, the same scalars, and each
-/// input and output in the same place of it.
-fn repeats(first: &Recording, second: &Recording) -> Result<(), String> {
+/// Whether a second recording repeats the first: the same graph, each input and output in
+/// the same place of it, and the same scalars except those that follow a scalar input of the
+/// step. Returns those operands' bindings and which scalar inputs stay pinned.
+fn repeats(
+    first: &Recording,
+    second: &Recording,
+) -> Result<(Vec<ScalarBinding>, Vec<bool>), String> {
     if first.key != second.key {
         return Err(format!(
             "the step's graph changed between calls ({} then {}): its ops depend on host \
              values",
             first.key, second.key
-        ));
-    }
-    if let Some(i) = first_scalar_difference(&first.ops, &second.ops) {
-        return Err(format!(
-            "a scalar of op {i} ({}) changed between calls: host values such as a learning \
-             rate or an optimizer's step count are constants of a replay",
-            op_name(&second.ops[i])
         ));
     }
     let (a, b) = (ordinals(&first.ops), ordinals(&second.ops));
@@ -865,11 +818,77 @@ fn repeats(first: &Recording, second: &Recording) -> Result<(), String> {
     if !inputs || !outputs || first.outputs.len() != second.outputs.len() {
         return Err("the step's inputs or outputs took other places in its graph".into());
     }
-    Ok(())
+    let bindings = bind_scalars(first, second)?;
+    let pinned = first
+        .scalars
+        .iter()
+        .zip(&second.scalars)
+        .map(|(x, y)| x.to_bits() == y.to_bits())
+        .collect();
+    Ok((bindings, pinned))
+}
+
+/// The scalar operands that differ between two recordings, each bound to the one scalar input
+/// whose values it held in both (as they were, or rounded to `f32`).
+fn bind_scalars(first: &Recording, second: &Recording) -> Result<Vec<ScalarBinding>, String> {
+    let unbound = |i: usize| {
+        format!(
+            "a scalar of op {i} ({}) changed between calls and follows none of the step's \
+             scalar inputs: host values (a learning rate, an optimizer's step count) are \
+             constants of a replay. Pass a changing value as a scalar input (`f64` among the \
+             inputs) and keep optimizer state in tensors (`burn_compile::optim`: Burn's own \
+             Adam and AdamW count their steps on the host)",
+            op_name(&second.ops[i.min(second.ops.len() - 1)])
+        )
+    };
+    let mut bindings = Vec::new();
+    for i in scalar_differences(&first.ops, &second.ops) {
+        let operands = first
+            .ops
+            .get(i)
+            .and_then(scalar_operands)
+            .zip(second.ops.get(i).and_then(scalar_operands));
+        let Some((x, y)) = operands.filter(|(x, y)| x.len() == y.len()) else {
+            return Err(unbound(i));
+        };
+        for (operand, (x, y)) in x.iter().zip(&y).enumerate() {
+            if x == y {
+                continue;
+            }
+            let mut found = Vec::new();
+            for input in 0..first.scalars.len().min(second.scalars.len()) {
+                let rounding = [Rounding::Exact, Rounding::F32].into_iter().find(|r| {
+                    *x == ScalarIr::Float(r.apply(first.scalars[input]))
+                        && *y == ScalarIr::Float(r.apply(second.scalars[input]))
+                });
+                if let Some(rounding) = rounding {
+                    found.push(ScalarBinding {
+                        op: i,
+                        operand,
+                        input,
+                        rounding,
+                    });
+                }
+            }
+            match found.as_slice() {
+                [] => return Err(unbound(i)),
+                [binding] => bindings.push(*binding),
+                _ => {
+                    return Err(format!(
+                        "a scalar of op {i} ({}) follows {} scalar inputs of the step (their \
+                         values were equal): pass distinct values to the calls that record",
+                        op_name(&second.ops[i]),
+                        found.len()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(bindings)
 }
 
 /// Replays `rec` on the caller's tensors; rebuilds the state (placeholders) and outputs.
-fn replay<B: StepBackend, S: Module<B>, O: StepTensors<B>>(
+fn replay<B: StepBackend, S: StepState<B>, O: StepTensors<B>>(
     rec: &Recording,
     client: &CompileClient<B::Captured>,
     taken: Vec<Taken>,
@@ -914,8 +933,11 @@ fn replay<B: StepBackend, S: Module<B>, O: StepTensors<B>>(
     );
     let mut fresh = fresh.into_iter();
     let state_parts: Vec<Part<B>> = fresh.by_ref().take(state_len).collect();
-    let state = put_state(state, state_parts);
-    let rest: Vec<Part<B>> = fresh.collect();
+    let state = state.put_parts(&mut state_parts.into_iter());
+    let rest = Parts {
+        tensors: fresh.collect(),
+        scalars: Vec::new(),
+    };
     let outputs = O::from_parts(&mut rest.into_iter(), &rec.output_layout);
     (state, outputs)
 }

@@ -346,3 +346,215 @@ fn a_scalar_changing_between_calls_is_refused() {
         "{why}"
     );
 }
+
+/// A learning rate with a warm-up and a cosine decay, as a training loop schedules it.
+fn scheduled_lr(step: u64, steps: u64) -> f64 {
+    let (peak, floor, warmup) = (1e-2, 1e-4, 5);
+    if step < warmup {
+        return peak * (step + 1) as f64 / warmup as f64;
+    }
+    let t = (step - warmup) as f64 / (steps - warmup) as f64;
+    floor + 0.5 * (peak - floor) * (1.0 + (std::f64::consts::PI * t).cos())
+}
+
+/// `steps` training steps through `jit_train` (the optimizer's state part of the step, the
+/// learning rate a scalar input), without `jit` on the same compiled backend, and eagerly on
+/// Flex, from the same weights and batches; every loss compared.
+fn train_with_optimizer_against_eager<O, E>(
+    mut optim: O,
+    mut plain_optim: O,
+    mut eager_optim: E,
+    lr: impl Fn(u64) -> f64,
+    steps: u64,
+) -> (JitStats, Vec<String>, Mlp<AdC>, Mlp<AdF>)
+where
+    O: burn_compile::jit::StepOptimizer<AdC, Mlp<AdC>>,
+    E: Optimizer<Mlp<AdF>, AdF>,
+{
+    let (mut model, mut eager) = pair::<AdC, AdF>();
+    let mut plain = model.clone();
+    let mut step = burn_compile::jit_train(
+        |model: Mlp<AdC>, optim: &mut O, (batch, lr): ((Tensor<AdC, 2>, Tensor<AdC, 2>), f64)| {
+            train(model, optim, lr, batch)
+        },
+    );
+    let rows = 16;
+    for call in 0..steps {
+        let batch = || (input(rows, call), target(rows, 1000 + call));
+        let (next, loss) = step.call(model, &mut optim, (batch(), lr(call)));
+        model = next;
+        let (next, plain_loss) = train(plain, &mut plain_optim, lr(call), batch());
+        plain = next;
+        let batch = (input(rows, call), target(rows, 1000 + call));
+        let (next, want) = train(eager, &mut eager_optim, lr(call), batch);
+        eager = next;
+        let want = want.into_data();
+        assert_close(
+            &format!("loss {call} (jit)"),
+            loss.into_data(),
+            want.clone(),
+            training_tolerance(),
+        );
+        assert_close(
+            &format!("loss {call} (compiled)"),
+            plain_loss.into_data(),
+            want,
+            training_tolerance(),
+        );
+    }
+    (step.stats(), step.ineligible(), model, eager)
+}
+
+/// Adam with a warm-up and cosine schedule, 50 steps: the optimizer's first step creates its
+/// state (a structure of its own, not replayed), the next two record, the other 47 replay with
+/// each call's learning rate; losses and parameters equal eager Flex's (the same optimizer)
+/// and compiled steps without `jit`.
+#[test]
+fn adam_with_a_schedule_replays_and_matches_eager() {
+    crate::own_process!(adam_with_a_schedule_replays_and_matches_eager);
+    let _serial = serial();
+    let adam = || burn_compile::optim::AdamConfig::new();
+    let steps = 50;
+    let (stats, why, model, eager) = train_with_optimizer_against_eager(
+        adam().init::<AdC, Mlp<AdC>>(),
+        adam().init::<AdC, Mlp<AdC>>(),
+        adam().init::<AdF, Mlp<AdF>>(),
+        |call| scheduled_lr(call, steps),
+        steps,
+    );
+    assert_eq!(
+        (stats.recordings, stats.replays, stats.runs),
+        (3, 47, 0),
+        "{why:?}"
+    );
+    for (got, want) in weights(&model).into_iter().zip(weights(&eager)) {
+        assert_close("parameters", got, want, training_tolerance());
+    }
+}
+
+/// AdamW (decoupled weight decay, its learning rate bound too) replays as Adam does.
+#[test]
+fn adamw_with_a_schedule_replays_and_matches_eager() {
+    crate::own_process!(adamw_with_a_schedule_replays_and_matches_eager);
+    let _serial = serial();
+    let adamw = || burn_compile::optim::AdamWConfig::new().with_weight_decay(0.1);
+    let (stats, why, _, _) = train_with_optimizer_against_eager(
+        adamw().init::<AdC, Mlp<AdC>>(),
+        adamw().init::<AdC, Mlp<AdC>>(),
+        adamw().init::<AdF, Mlp<AdF>>(),
+        |call| scheduled_lr(call, 12),
+        12,
+    );
+    assert_eq!((stats.recordings, stats.replays), (3, 9), "{why:?}");
+}
+
+/// `burn_compile::optim`'s Adam is Burn's update with the bias corrections computed on the
+/// device: 10 eager steps of each on Flex agree within f32 rounding.
+#[test]
+fn device_adam_follows_burns_adam() {
+    crate::own_process!(device_adam_follows_burns_adam);
+    let (mut ours, _) = pair::<AdF, AdF>();
+    let mut burns = ours.clone();
+    let mut our_optim = burn_compile::optim::AdamConfig::new().init::<AdF, Mlp<AdF>>();
+    let mut burn_optim = AdamConfig::new().init::<AdF, Mlp<AdF>>();
+    for call in 0..10 {
+        let batch = || (input(8, call), target(8, 1000 + call));
+        let (next, a) = train(ours, &mut our_optim, 1e-2, batch());
+        ours = next;
+        let (next, b) = train(burns, &mut burn_optim, 1e-2, batch());
+        burns = next;
+        assert_close("loss", a.into_data(), b.into_data(), training_tolerance());
+    }
+    // Parameters near zero differ by a few 1e-8 (powers of the betas multiplied on the device
+    // against `powi` on the host).
+    for (got, want) in weights(&ours).into_iter().zip(weights(&burns)) {
+        assert_close("parameters", got, want, Tolerance::rel_abs(1e-4, 1e-6));
+    }
+}
+
+/// Burn's own Adam counts its steps on the host: its bias corrections change every call and
+/// follow no input, so the step is refused with that reason, and every call runs it (equal to
+/// eager).
+#[test]
+fn burns_adam_is_refused_for_its_host_step_count() {
+    crate::own_process!(burns_adam_is_refused_for_its_host_step_count);
+    let _serial = serial();
+    let (stats, why, _, _) = train_with_optimizer_against_eager(
+        AdamConfig::new().init::<AdC, Mlp<AdC>>(),
+        AdamConfig::new().init::<AdC, Mlp<AdC>>(),
+        AdamConfig::new().init::<AdF, Mlp<AdF>>(),
+        |_| 1e-2,
+        6,
+    );
+    assert_eq!(stats.replays, 0);
+    let why = why.join("\n");
+    assert!(
+        why.contains("follows none of the step's scalar inputs") && why.contains("step count"),
+        "{why}"
+    );
+}
+
+/// A learning rate equal in both recordings pins the replay to that value (which operands
+/// follow it is unknown); the first call with another value records again and binds it, and
+/// later values replay. Losses equal eager's throughout.
+#[test]
+fn a_learning_rate_held_then_changed_records_once_more() {
+    crate::own_process!(a_learning_rate_held_then_changed_records_once_more);
+    let _serial = serial();
+    let adam = || burn_compile::optim::AdamConfig::new();
+    let lrs = [1e-2, 1e-2, 1e-2, 1e-2, 1e-2, 5e-3, 2e-3, 1e-3];
+    let (stats, why, _, _) = train_with_optimizer_against_eager(
+        adam().init::<AdC, Mlp<AdC>>(),
+        adam().init::<AdC, Mlp<AdC>>(),
+        adam().init::<AdF, Mlp<AdF>>(),
+        |call| lrs[call as usize],
+        lrs.len() as u64,
+    );
+    // Call 0 creates the state, 1 and 2 record (pinned), 3 and 4 replay, 5 records again,
+    // 6 and 7 replay with their own rates.
+    assert_eq!((stats.recordings, stats.replays), (4, 4), "{why:?}");
+}
+
+/// Strict: a step that cannot be replayed panics with the reason instead of running on.
+#[test]
+fn a_strict_step_panics_when_refused() {
+    crate::own_process!(a_strict_step_panics_when_refused);
+    let _serial = serial();
+    let mut step = burn_compile::jit(|state: PhantomData<C>, x: Tensor<C, 2>| {
+        let total: f32 = x.clone().sum().into_scalar();
+        (state, x.mul_scalar(total))
+    })
+    .strict(true);
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        step.call(PhantomData, input::<C>(3, 0));
+    }))
+    .expect_err("a strict step that breaks at a read panics");
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        message.contains("strict compiled step") && message.contains("host_read"),
+        "{message}"
+    );
+}
+
+/// A scalar input binds only the operands that follow it: a multiplier passed in replays with
+/// each call's value, while the same step's constant stays.
+#[test]
+fn a_scalar_input_is_rewritten_on_each_replay() {
+    crate::own_process!(a_scalar_input_is_rewritten_on_each_replay);
+    let _serial = serial();
+    let mut step = burn_compile::jit(|state: PhantomData<C>, (x, scale): (Tensor<C, 2>, f64)| {
+        (state, x.mul_scalar(scale).add_scalar(0.5))
+    });
+    for call in 0..6 {
+        let scale = 1.5 + call as f64;
+        let got = step.call(PhantomData, (input::<C>(3, call), scale)).1;
+        let want = input::<Flex>(3, call).mul_scalar(scale).add_scalar(0.5);
+        assert_close(
+            &format!("call {call}"),
+            got.into_data(),
+            want.into_data(),
+            tolerance(DType::F32),
+        );
+    }
+    assert_eq!(step.stats().replays, 4);
+}
