@@ -20,7 +20,7 @@
 //! `--small` (a tiny encoder, for smoke tests), `--cpu` (W1-cpu: W1's architecture at d_model 256,
 //! 4 heads, 2 layers, d_ff 1024, batch 8 × seq 64, for `Compiled<Flex>` on a few cores), `--out FILE` (append the JSON lines there too),
 //! `--systems burn-compile` (a subset of this build's systems; no eager comparison without
-//! `burn-eager`; `burn-compile-jit` is inference as a compiled step, `burn_compile::jit`), `--infer-only` (skip the training step: e.g. under a kernel profiler).
+//! `burn-eager`; `burn-compile-jit` runs both as compiled steps: `burn_compile::jit` for inference, `jit_train` with `burn_compile::optim`'s Adam for training), `--infer-only` (skip the training step: e.g. under a kernel profiler).
 //! With `BURN_COMPILE_PROFILE_REPLAY=1` the compiled system also prints its host time per replayed
 //! step kind (add `BURN_COMPILE_DEVICE_THREAD=1` to include the runtime's own work per step).
 //! With `BURN_COMPILE_DIAGNOSTICS=1` the compiled system also prints the explain report of one
@@ -312,19 +312,28 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
     (vec![infer, train], output)
 }
 
-/// Inference as a compiled step (`burn_compile::jit`): recorded on its first two calls, then
-/// replayed without running the forward pass. (The training step is not measured here: Adam
-/// keeps its moments and step count inside the optimizer, so `jit` refuses that step.)
-fn measure_jit<B: burn_compile::StepBackend>(
+/// The optimizer of a compiled training step: Burn's Adam with its step count on the device.
+type JitAdam<B> = burn::optim::adaptor::OptimizerAdaptor<
+    burn_compile::optim::Adam,
+    burn::nn::transformer::TransformerEncoder<Ad<B>>,
+    Ad<B>,
+>;
+
+/// Inference and training as compiled steps (`burn_compile::jit`, `jit_train`): each recorded
+/// on its first calls, then replayed without running the step's code. Training uses
+/// `burn_compile::optim`'s Adam (Burn's update, its step count on the device) with the learning
+/// rate as a scalar input.
+fn measure_jit<X: burn_compile::BackendIr>(
     system: &'static str,
     dtype: &str,
     s: &Setup,
 ) -> (Vec<Figure>, TensorData) {
-    let device = B::Device::default();
-    let x = Tensor::<B, 3>::from_data(s.input.clone(), &device);
-    let mut model = Some(model_with::<B>(&s.config, &s.weights, &device));
+    type C<X> = burn_compile::Compiled<X>;
+    let device = Default::default();
+    let x = Tensor::<C<X>, 3>::from_data(s.input.clone(), &device);
+    let mut model = Some(model_with::<C<X>>(&s.config, &s.weights, &device));
     let mut step = burn_compile::jit(
-        |model: burn::nn::transformer::TransformerEncoder<B>, x: Tensor<B, 3>| {
+        |model: burn::nn::transformer::TransformerEncoder<C<X>>, x: Tensor<C<X>, 3>| {
             let y = forward(&model, &x);
             (model, y)
         },
@@ -336,19 +345,53 @@ fn measure_jit<B: burn_compile::StepBackend>(
     };
     let output = call().into_data();
     let (first, ms, issue_ms) =
-        burn_compile_examples::time_calls::<B, _>(&device, s.iters, s.warmup, &mut call);
-    let stats = step.stats();
+        burn_compile_examples::time_calls::<C<X>, _>(&device, s.iters, s.warmup, &mut call);
+    report_jit(system, dtype, "infer", step.stats(), step.ineligible());
+    let infer = Figure::timed(s, dtype, "infer", system, (first, ms, issue_ms));
+    if s.infer_only {
+        return (vec![infer], output);
+    }
+
+    let xa = Tensor::<Ad<C<X>>, 3>::from_data(s.input.clone(), &device);
+    let mut model = Some(model_with::<Ad<C<X>>>(&s.config, &s.weights, &device));
+    let mut optim: JitAdam<C<X>> = burn_compile::optim::AdamConfig::new().init();
+    let mut step = burn_compile::jit_train(
+        |model: burn::nn::transformer::TransformerEncoder<Ad<C<X>>>,
+         optim: &mut JitAdam<C<X>>,
+         (x, lr): (Tensor<Ad<C<X>>, 3>, f64)| {
+            burn_compile_examples::train_step_at(model, optim, lr, &x)
+        },
+    );
+    let (first, ms, issue_ms) =
+        burn_compile_examples::time_calls::<C<X>, _>(&device, s.iters, s.warmup, || {
+            let lr = burn_compile_examples::LEARNING_RATE;
+            let (next, loss) =
+                step.call(model.take().expect("model"), &mut optim, (xa.clone(), lr));
+            model = Some(next);
+            loss
+        });
+    report_jit(system, dtype, "train", step.stats(), step.ineligible());
+    let train = Figure::timed(s, dtype, "train", system, (first, ms, issue_ms));
+    (vec![infer, train], output)
+}
+
+/// One line on what a compiled step replayed, and why not where it did not.
+fn report_jit(
+    system: &str,
+    dtype: &str,
+    phase: &str,
+    stats: burn_compile::JitStats,
+    refused: Vec<String>,
+) {
     eprintln!(
-        "{system} {dtype} infer: {} calls recorded, {} replayed{}",
+        "{system} {dtype} {phase}: {} calls recorded, {} replayed{}",
         stats.recordings,
         stats.replays,
-        step.ineligible()
+        refused
             .first()
             .map(|why| format!(" (refused: {why})"))
             .unwrap_or_default()
     );
-    let infer = Figure::timed(s, dtype, "infer", system, (first, ms, issue_ms));
-    (vec![infer], output)
 }
 
 fn max_abs_diff(a: &TensorData, b: &TensorData) -> f64 {
@@ -364,7 +407,7 @@ fn max_abs_diff(a: &TensorData, b: &TensorData) -> f64 {
 fn run_dtype<F: Elem>(dtype: &str, s: &Setup) -> Result<Vec<Figure>, String>
 where
     Inner<F>: Backend,
-    burn_compile::Compiled<Inner<F>>: burn_compile::StepBackend,
+    Inner<F>: burn_compile::BackendIr,
 {
     // Burn fixes a device's default float dtype at its first use: one dtype per process.
     let probe = Tensor::<Inner<F>, 1>::zeros([1], &Default::default()).dtype();
@@ -395,7 +438,7 @@ where
     for system in RUNS.iter().filter(selected) {
         let (mut f, output) = match *system {
             "burn-compile" => measure::<burn_compile::Compiled<Inner<F>>>(system, dtype, s),
-            "burn-compile-jit" => measure_jit::<burn_compile::Compiled<Inner<F>>>(system, dtype, s),
+            "burn-compile-jit" => measure_jit::<Inner<F>>(system, dtype, s),
             _ => measure::<Inner<F>>(system, dtype, s),
         };
         if *system == "burn-eager" {

@@ -127,11 +127,22 @@ pub fn train_step<B: AutodiffBackend, O: Optimizer<TransformerEncoder<B>, B>>(
     optim: &mut O,
     x: &Tensor<B, 3>,
 ) -> (TransformerEncoder<B>, Tensor<B::InnerBackend, 1>) {
+    let (model, loss) = train_step_at(model, optim, LEARNING_RATE, x);
+    (model, loss.inner())
+}
+
+/// [`train_step`] at learning rate `lr`, the loss left on the autodiff backend (a compiled
+/// step's output).
+pub fn train_step_at<B: AutodiffBackend, O: Optimizer<TransformerEncoder<B>, B>>(
+    model: TransformerEncoder<B>,
+    optim: &mut O,
+    lr: f64,
+    x: &Tensor<B, 3>,
+) -> (TransformerEncoder<B>, Tensor<B, 1>) {
     let out = forward(&model, x);
     let loss = out.square().mean();
     let grads = GradientsParams::from_grads(loss.backward(), &model);
-    let model = optim.step(LEARNING_RATE, model, grads);
-    (model, loss.inner())
+    (optim.step(lr, model, grads), loss)
 }
 
 /// Times `call` as the benchmarks do: the first call alone, synced (compiles, autotune); then

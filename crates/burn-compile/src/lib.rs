@@ -54,6 +54,9 @@ pub use stance::{Stance, eager, set_stance, stance};
 pub use burn_compile_graph::GraphKey;
 
 pub use backend::{Compiled, QuantizedPrimitive};
+/// The trait an inner backend of [`Compiled`] implements (Burn's `burn_ir::BackendIr`), for
+/// code generic over `Compiled<X>`.
+pub use burn_ir::BackendIr;
 
 /// `Compiled<Wgpu>`: raw CubeBackend on wgpu.
 #[cfg(all(feature = "wgpu", not(feature = "wgpu-fusion")))]

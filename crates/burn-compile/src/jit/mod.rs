@@ -339,8 +339,8 @@ where
     }
 
     /// Strict: a call whose step cannot be replayed panics with the reason (after running the
-    /// step once), instead of running it every call. For a loop that must not silently lose
-    /// the replay.
+    /// step once), instead of running it every call; so does a structure past the last one a
+    /// step keeps. For a loop that must not silently lose the replay.
     pub fn strict(mut self, strict: bool) -> Self {
         self.strict = strict;
         self
@@ -429,6 +429,12 @@ where
                 Some(i) => matches!(self.variants[i].1, Variant::Once(_)),
                 None if self.variants.len() < MAX_VARIANTS => true,
                 None => {
+                    if self.strict {
+                        panic!(
+                            "a strict compiled step met more than {MAX_VARIANTS} input \
+                             structures: new ones would run the function"
+                        );
+                    }
                     if !self.warned_full {
                         self.warned_full = true;
                         tracing::warn!(
