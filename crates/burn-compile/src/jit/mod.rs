@@ -192,6 +192,8 @@ struct Recording {
     plan: Arc<Plan>,
     /// The recorded ops, their bound scalar operands holding the values of `scalars`.
     ops: Arc<Vec<OperationIr>>,
+    /// A second copy of `ops` for rebinding scalars while a queued replay reads the first.
+    spare: Option<Arc<Vec<OperationIr>>>,
     device: usize,
     /// The graph's id for each input part.
     inputs: Vec<TensorId>,
@@ -218,8 +220,9 @@ impl Recording {
             .all(|((pinned, held), new)| !pinned || held.to_bits() == new.to_bits())
     }
 
-    /// Writes the call's scalar inputs into the operands bound to them (the ops are copied
-    /// first only while a queued replay still reads them).
+    /// Writes the call's scalar inputs into the operands bound to them. While a queued replay
+    /// still reads the ops, they are written into a second copy (made once, then the two
+    /// alternate), so that a value that changes every call does not copy the ops every call.
     fn bind_scalars(&mut self, scalars: &[f64]) {
         let same = self
             .scalars
@@ -229,7 +232,20 @@ impl Recording {
         if same {
             return;
         }
-        let ops = Arc::make_mut(&mut self.ops);
+        if Arc::get_mut(&mut self.ops).is_none() {
+            // `strong_count` of 1: no queued replay reads the spare copy any more.
+            match self.spare.take() {
+                Some(spare) if Arc::strong_count(&spare) == 1 => {
+                    self.spare = Some(std::mem::replace(&mut self.ops, spare));
+                }
+                _ => {
+                    let copy = Arc::new(self.ops.as_ref().clone());
+                    self.spare = Some(std::mem::replace(&mut self.ops, copy));
+                }
+            }
+        }
+        let ops = Arc::get_mut(&mut self.ops).expect("a copy no replay reads");
+        // Every bound operand is written: the other copy may hold older values.
         for b in &self.bindings {
             let mut operands = scalar_operands_mut(&mut ops[b.op]).expect("bound when recorded");
             *operands[b.operand] = ScalarIr::Float(b.rounding.apply(scalars[b.input]));
@@ -772,6 +788,7 @@ fn analyse(
         key: graph.key,
         plan: graph.plan,
         ops: Arc::new(graph.ops),
+        spare: None,
         device,
         inputs: inputs.to_vec(),
         outputs: outputs.iter().map(|t| t.id).zip(signatures).collect(),
