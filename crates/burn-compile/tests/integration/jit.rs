@@ -427,8 +427,12 @@ fn adam_with_a_schedule_replays_and_matches_eager() {
         (3, 47, 0),
         "{why:?}"
     );
+    // After 50 Adam steps a parameter near zero may differ by a few 1e-9: Adam divides each
+    // gradient by its own running magnitude, so rounding in a tiny gradient moves the parameter
+    // by a fraction of the learning rate (CI: 4.4e-5 against 4.4e-5 + 5e-9). Hence an absolute
+    // floor.
     for (got, want) in weights(&model).into_iter().zip(weights(&eager)) {
-        assert_close("parameters", got, want, training_tolerance());
+        assert_close("parameters", got, want, Tolerance::rel_abs(1e-4, 1e-6));
     }
 }
 
