@@ -37,7 +37,7 @@ use burn_compile_schedule::Plan;
 use burn_core::module::Module;
 use burn_ir::{BackendIr, OperationIr, ScalarIr, TensorId, TensorStatus};
 use burn_router::RouterTensor;
-use parts::id_of;
+use parts::{id_of, rebuild};
 use rustc_hash::FxHashSet;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -545,7 +545,6 @@ where
                 eager,
                 client.device_key(),
                 &input_ids,
-                (state_len, state_out_len),
                 &out_taken,
                 out_sigs,
             ))
@@ -600,15 +599,7 @@ where
             }
         }
         self.variants[slot].1 = next;
-        let mut fresh = fresh.into_iter();
-        let state_parts: Vec<Part<B>> = fresh.by_ref().take(state_out_len).collect();
-        let state_out = state_out.put_parts(&mut state_parts.into_iter());
-        let rest = Parts {
-            tensors: fresh.collect(),
-            scalars: out_scalars,
-        };
-        let outputs = O::from_parts(&mut rest.into_iter(), &out_layout);
-        (state_out, outputs)
+        rebuild(state_out, state_out_len, fresh, out_scalars, &out_layout)
     }
 }
 
@@ -654,14 +645,7 @@ fn rebuild_inputs<B: StepBackend, S: StepState<B>, I: StepTensors<B>>(
             require_grad: sig.require_grad,
         });
     }
-    let mut parts = parts.into_iter();
-    let state_parts: Vec<Part<B>> = parts.by_ref().take(state_len).collect();
-    let state = state.put_parts(&mut state_parts.into_iter());
-    let rest = Parts {
-        tensors: parts.collect(),
-        scalars,
-    };
-    let inputs = I::from_parts(&mut rest.into_iter(), layout);
+    let (state, inputs) = rebuild(state, state_len, parts, scalars, layout);
     (state, inputs, held)
 }
 
@@ -678,7 +662,6 @@ fn analyse(
     eager: u64,
     device: usize,
     inputs: &[TensorId],
-    (state_in, state_out): (usize, usize),
     outputs: &[Taken],
     signatures: Vec<Signature>,
 ) -> Result<Recording, String> {
@@ -707,11 +690,6 @@ fn analyse(
     }
     if graph.device != device {
         return Err("the step's graph ran on another device than its tensors".into());
-    }
-    if state_in != state_out {
-        return Err(format!(
-            "the step returns a state of {state_out} parameter tensors for one of {state_in}"
-        ));
     }
     let ops = &graph.ops;
     let input_set: FxHashSet<TensorId> = inputs.iter().copied().collect();
@@ -954,13 +932,5 @@ fn replay<B: StepBackend, S: StepState<B>, O: StepTensors<B>>(
         Arc::new(binding),
         rec.plan.clone(),
     );
-    let mut fresh = fresh.into_iter();
-    let state_parts: Vec<Part<B>> = fresh.by_ref().take(state_len).collect();
-    let state = state.put_parts(&mut state_parts.into_iter());
-    let rest = Parts {
-        tensors: fresh.collect(),
-        scalars: Vec::new(),
-    };
-    let outputs = O::from_parts(&mut rest.into_iter(), &rec.output_layout);
-    (state, outputs)
+    rebuild(state, state_len, fresh, Vec::new(), &rec.output_layout)
 }

@@ -7,6 +7,25 @@ use burn_ir::TensorId;
 use burn_router::RouterTensor;
 use burn_tensor::{Bool, Float, Int, Tensor, TensorPrimitive};
 
+/// Puts the first `state_len` of `tensors` back into `state` and the rest, with `scalars`, into
+/// a value shaped like `like`: the inverse of taking a step's state, then a value, apart.
+pub(super) fn rebuild<B: StepBackend, S: StepState<B>, V: StepTensors<B>>(
+    state: S,
+    state_len: usize,
+    tensors: Vec<Part<B>>,
+    scalars: Vec<f64>,
+    like: &Layout,
+) -> (S, V) {
+    let mut tensors = tensors.into_iter();
+    let state_parts: Vec<Part<B>> = tensors.by_ref().take(state_len).collect();
+    let state = state.put_parts(&mut state_parts.into_iter());
+    let rest = Parts {
+        tensors: tensors.collect(),
+        scalars,
+    };
+    (state, V::from_parts(&mut rest.into_iter(), like))
+}
+
 /// Which kind of tensor a part is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
