@@ -235,6 +235,24 @@ fn print_replay_profile(system: &str, dtype: &str, phase: &str, calls: usize) {
     }
 }
 
+/// What reduce-overhead mode did in one phase (nothing when it recorded nothing).
+fn print_recordings(system: &str, dtype: &str, phase: &str, before: &burn_compile::Metrics) {
+    let m = burn_compile::metrics().since(before);
+    if m.graph_recordings + m.recording_fallbacks == 0 {
+        return;
+    }
+    eprintln!(
+        "{system} {dtype} {phase}: CUDA graphs recorded {}, replays that launched one {}, \
+         replays launch by launch where one was wanted {}; graph inputs copied in {}, kept \
+         from the last launch {}",
+        m.graph_recordings,
+        m.graph_launches,
+        m.recording_fallbacks,
+        m.graph_inputs_copied,
+        m.graph_inputs_kept
+    );
+}
+
 /// Inference and training figures of backend `B`; returns them and the first forward output.
 fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Figure>, TensorData) {
     let device = B::Device::default();
@@ -253,11 +271,13 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
             report.attention_kernels,
         );
     }
+    let before = burn_compile::metrics();
     let (first, ms, issue_ms) =
         burn_compile_examples::time_calls::<B, _>(&device, s.iters, s.warmup, || {
             forward(&model, &x)
         });
     print_replay_profile(system, dtype, "infer", s.iters);
+    print_recordings(system, dtype, "infer", &before);
     let infer = Figure::timed(s, dtype, "infer", system, (first, ms, issue_ms));
     if s.infer_only {
         return (vec![infer], output);
@@ -266,6 +286,7 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
     let xa = Tensor::<Ad<B>, 3>::from_data(s.input.clone(), &device);
     let mut model = Some(model_with::<Ad<B>>(&s.config, &s.weights, &device));
     let mut optim = AdamConfig::new().init();
+    let before = burn_compile::metrics();
     let (first, ms, issue_ms) =
         burn_compile_examples::time_calls::<B, _>(&device, s.iters, s.warmup, || {
             let (next, loss) =
@@ -274,6 +295,7 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
             loss
         });
     print_replay_profile(system, dtype, "train", s.iters);
+    print_recordings(system, dtype, "train", &before);
     if system == "burn-compile" {
         // What one more training step launches (after the timed ones: its plans are cached).
         let (_, report) = burn_compile::explain(|| {
@@ -300,12 +322,6 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
             horizontal.0,
             report.library_matmuls,
             report.attention_kernels,
-        );
-        let m = burn_compile::metrics();
-        eprintln!(
-            "{system} {dtype}: CUDA graphs recorded {}, replays that launched one {}, \
-             replays launch by launch where one was wanted {}",
-            m.graph_recordings, m.graph_launches, m.recording_fallbacks
         );
     }
     let train = Figure::timed(s, dtype, "train", system, (first, ms, issue_ms));
@@ -344,9 +360,11 @@ fn measure_jit<X: burn_compile::BackendIr>(
         y
     };
     let output = call().into_data();
+    let before = burn_compile::metrics();
     let (first, ms, issue_ms) =
         burn_compile_examples::time_calls::<C<X>, _>(&device, s.iters, s.warmup, &mut call);
     report_jit(system, dtype, "infer", step.stats(), step.ineligible());
+    print_recordings(system, dtype, "infer", &before);
     let infer = Figure::timed(s, dtype, "infer", system, (first, ms, issue_ms));
     if s.infer_only {
         return (vec![infer], output);
@@ -362,6 +380,7 @@ fn measure_jit<X: burn_compile::BackendIr>(
             burn_compile_examples::train_step_at(model, optim, lr, &x)
         },
     );
+    let before = burn_compile::metrics();
     let (first, ms, issue_ms) =
         burn_compile_examples::time_calls::<C<X>, _>(&device, s.iters, s.warmup, || {
             let lr = burn_compile_examples::LEARNING_RATE;
@@ -371,6 +390,7 @@ fn measure_jit<X: burn_compile::BackendIr>(
             loss
         });
     report_jit(system, dtype, "train", step.stats(), step.ineligible());
+    print_recordings(system, dtype, "train", &before);
     let train = Figure::timed(s, dtype, "train", system, (first, ms, issue_ms));
     (vec![infer, train], output)
 }

@@ -80,6 +80,10 @@ pub struct CompileConfig {
     /// How a plan's replay reaches the device (`BURN_COMPILE_MODE`: `default` or
     /// `reduce-overhead`). See [`Mode`].
     pub mode: Mode,
+    /// How a launch of a recorded graph (reduce-overhead mode) moves its inputs in and its
+    /// outputs out (`BURN_COMPILE_RECORDING_COPIES`: `each` or `batched`). See
+    /// [`RecordingCopies`].
+    pub recording_copies: RecordingCopies,
     /// Time each attention problem's kernel against its parts on its first replays (synced
     /// runs, like Burn's autotune) and keep the faster; `false`: the kernel always
     /// (`BURN_COMPILE_ATTENTION_AUTOTUNE`). The decision is logged (`output_code`).
@@ -204,6 +208,21 @@ pub enum Mode {
     ReduceOverhead,
 }
 
+/// How a launch of a recorded graph moves its inputs in and its outputs out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordingCopies {
+    /// Every input copied into the recording's buffers and every output out of them, one
+    /// driver call per tensor (measured on an H200).
+    #[default]
+    Each,
+    /// Only the inputs found elsewhere than where the last launch copied them from (the
+    /// recording holds the last launch's inputs until the next, so an input at the same
+    /// address was not rewritten: a model's weights are copied once), each direction's copies
+    /// in one batched driver call (`cuMemcpyBatchAsync`, CUDA 12.8+). Not yet run on a GPU.
+    Batched,
+}
+
 impl Default for CompileConfig {
     fn default() -> Self {
         Self {
@@ -223,6 +242,7 @@ impl Default for CompileConfig {
             column_sums: true,
             vectorize: true,
             mode: Mode::Default,
+            recording_copies: RecordingCopies::Each,
             attention_autotune: true,
             strict: false,
             diagnostics: false,
@@ -380,6 +400,19 @@ impl CompileConfig {
                 }
             };
         }
+        if let Some((k, v)) = get("BURN_COMPILE_RECORDING_COPIES") {
+            self.recording_copies = match v.trim().to_ascii_lowercase().as_str() {
+                "each" => RecordingCopies::Each,
+                "batched" => RecordingCopies::Batched,
+                _ => {
+                    return Err(ConfigError {
+                        variable: k,
+                        value: v,
+                        expected: "each or batched",
+                    });
+                }
+            };
+        }
         if let Some((k, v)) = get("BURN_COMPILE_ATTENTION_AUTOTUNE") {
             self.attention_autotune = parse_bool(&k, &v)?;
         }
@@ -459,6 +492,7 @@ impl CompileConfig {
             replay_on_device_thread: self.replay_on_device_thread,
             vectorize: self.vectorize,
             reduce_overhead: self.mode == Mode::ReduceOverhead,
+            batched_recording_copies: self.recording_copies == RecordingCopies::Batched,
             c_compiler: self.c_compiler.clone(),
             c_flags: self.c_flags.clone(),
             cache_dir: self.kernel_cache_dir(),
@@ -579,6 +613,7 @@ mod tests {
                 ("BURN_COMPILE_DEVICE_THREAD", "1"),
                 ("BURN_COMPILE_VECTORIZE", "no"),
                 ("BURN_COMPILE_MODE", "reduce-overhead"),
+                ("BURN_COMPILE_RECORDING_COPIES", "Batched"),
                 ("BURN_COMPILE_CC", " clang "),
                 ("BURN_COMPILE_CFLAGS", "-O2"),
                 ("BURN_COMPILE_CACHE_DIR", "/tmp/kernels"),
@@ -596,6 +631,17 @@ mod tests {
         assert_eq!(config.mode, Mode::ReduceOverhead);
         assert_eq!(CompileConfig::default().mode, Mode::Default);
         assert!(config.runtime().reduce_overhead);
+        assert_eq!(config.recording_copies, RecordingCopies::Batched);
+        assert!(config.runtime().batched_recording_copies);
+        assert_eq!(
+            CompileConfig::default().recording_copies,
+            RecordingCopies::Each
+        );
+        assert!(
+            CompileConfig::default()
+                .with_overrides(env(&[("BURN_COMPILE_RECORDING_COPIES", "some")]))
+                .is_err()
+        );
         assert!(!config.fusion);
         assert!(!config.common_subexpressions);
         assert_eq!(config.max_graph_ops, 64);

@@ -41,7 +41,9 @@ pub use burn_compile_disk_cache::ImportReport;
 pub use burn_compile_runtime::KernelBuild;
 pub use burn_compile_runtime::profile::{StepTime, set_replay_profiling, take_replay_profile};
 pub use capture::{BreakReason, CompileChannel, CompileClient, GraphBreak, SameBackendBridge};
-pub use config::{CompileConfig, ConfigError, DynamicShapes, Faults, Mode, config_for, configure};
+pub use config::{
+    CompileConfig, ConfigError, DynamicShapes, Faults, Mode, RecordingCopies, config_for, configure,
+};
 pub use diagnostics::{GraphRecord, PlannedMemory};
 pub use dims::{Dim, DimError, MarkDynamic, mark_dynamic};
 pub use disk_cache::{cache_usage, export_cache, import_cache};

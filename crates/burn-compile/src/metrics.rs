@@ -75,6 +75,10 @@ pub struct Metrics {
     pub graph_recordings: u64,
     pub graph_launches: u64,
     pub recording_fallbacks: u64,
+    /// Graph inputs the launches of recorded graphs copied in, and those found unchanged since
+    /// the last launch and not copied (weights a caller keeps across calls).
+    pub graph_inputs_copied: u64,
+    pub graph_inputs_kept: u64,
     /// Breaks per reason, in [`BreakReason::ALL`] order.
     pub breaks: Vec<(BreakReason, u64)>,
 }
@@ -124,6 +128,8 @@ impl Metrics {
             graph_recordings: self.graph_recordings - earlier.graph_recordings,
             graph_launches: self.graph_launches - earlier.graph_launches,
             recording_fallbacks: self.recording_fallbacks - earlier.recording_fallbacks,
+            graph_inputs_copied: self.graph_inputs_copied - earlier.graph_inputs_copied,
+            graph_inputs_kept: self.graph_inputs_kept - earlier.graph_inputs_kept,
             breaks: self
                 .breaks
                 .iter()
@@ -176,6 +182,8 @@ pub fn metrics() -> Metrics {
         graph_recordings: r.recordings.load(Relaxed),
         graph_launches: r.graph_launches.load(Relaxed),
         recording_fallbacks: r.recording_fallbacks.load(Relaxed),
+        graph_inputs_copied: r.recording_inputs_copied.load(Relaxed),
+        graph_inputs_kept: r.recording_inputs_kept.load(Relaxed),
         breaks: BreakReason::ALL
             .iter()
             .zip(c.breaks.iter())

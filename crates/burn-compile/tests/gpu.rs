@@ -1409,6 +1409,19 @@ mod reduce_overhead {
         guard
     }
 
+    /// Reduce-overhead mode with batched copies: only the inputs that moved since the last
+    /// launch are copied.
+    fn batched_copies_on() -> MutexGuard<'static, ()> {
+        let guard = reduce_overhead_on();
+        let config = CompileConfig {
+            mode: Mode::ReduceOverhead,
+            recording_copies: burn_compile::RecordingCopies::Batched,
+            ..suite_config()
+        };
+        configure(&burn::tensor::Device::<Eager>::default(), config);
+        guard
+    }
+
     fn default_again() {
         configure(&burn::tensor::Device::<Eager>::default(), suite_config());
     }
@@ -1467,6 +1480,49 @@ mod reduce_overhead {
         assert!(
             m.graph_launches >= 1,
             "later calls launch the recording: {m:?}"
+        );
+    }
+
+    /// With batched copies, a weight the caller keeps across calls is copied into the
+    /// recording once, not at every launch (the recording holds it, so nothing writes its buffer in place meanwhile); a new
+    /// weight made from the old one (the old one dropped: the one op that could reuse its
+    /// buffer in place) is copied again and seen. Every call matches eager.
+    #[test]
+    fn gpu_reduce_overhead_inputs_kept_across_calls_are_copied_once_and_a_new_one_is_seen() {
+        let _config = batched_copies_on();
+        let device: burn::tensor::Device<Eager> = Default::default();
+        let b = data([1, 16], 91);
+        let on_c = |d: &TensorData| Tensor::<C, 2>::from_data(d.clone(), &device);
+        let on_e = |d: &TensorData| Tensor::<Eager, 2>::from_data(d.clone(), &device);
+        let mut bias = on_c(&b);
+        let mut bias_eager = on_e(&b);
+        let before = burn_compile::metrics();
+        let mut kept_before_change = 0;
+        for call in 0..14u64 {
+            if call == 8 {
+                kept_before_change = burn_compile::metrics().since(&before).graph_inputs_kept;
+                bias = bias * 2.0;
+                bias_eager = bias_eager * 2.0;
+                burn_compile::mark_step();
+            }
+            let x = data([16, 16], 100 + call);
+            let got = chain(on_c(&x), bias.clone(), 0.75).into_data();
+            let want = chain(on_e(&x), bias_eager.clone(), 0.75).into_data();
+            got.assert_approx_eq::<f32>(&want, tol());
+        }
+        let m = burn_compile::metrics().since(&before);
+        default_again();
+        assert!(
+            m.graph_launches >= 8,
+            "calls after warm-up launch the recording: {m:?}"
+        );
+        assert!(
+            kept_before_change >= 4,
+            "the bias, the same tensor every call, is copied once: {m:?}"
+        );
+        assert!(
+            m.graph_inputs_copied > m.graph_launches,
+            "each call's x is copied, and the new bias once: {m:?}"
         );
     }
 

@@ -19,6 +19,9 @@ pub struct RuntimeConfig {
     /// Reduce-overhead mode: after warm-up replays a plan's replay is recorded as one device
     /// graph and launched as one (CUDA only; elsewhere the executable replays as before).
     pub reduce_overhead: bool,
+    /// A recorded graph's launch copies only the inputs that moved since the last launch, in
+    /// one batched call per direction (else every input and output, a call each).
+    pub batched_recording_copies: bool,
     /// The CPU target's C compiler (else the first of `cc`, `gcc`, `clang` found).
     pub c_compiler: Option<String>,
     /// Flags for that compiler (else the target's own).
@@ -40,6 +43,7 @@ impl Default for RuntimeConfig {
             replay_on_device_thread: false,
             vectorize: true,
             reduce_overhead: false,
+            batched_recording_copies: false,
             c_compiler: None,
             c_flags: None,
             cache_dir: default_cache_dir(),

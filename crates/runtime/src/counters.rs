@@ -32,6 +32,10 @@ pub struct Counters {
     pub recordings: AtomicU64,
     pub graph_launches: AtomicU64,
     pub recording_fallbacks: AtomicU64,
+    /// Inputs a recording's launches copied into its own buffers, and inputs they found where
+    /// the last launch had copied them from, held since (not copied again).
+    pub recording_inputs_copied: AtomicU64,
+    pub recording_inputs_kept: AtomicU64,
 }
 
 pub static COUNTERS: Counters = Counters {
@@ -49,6 +53,8 @@ pub static COUNTERS: Counters = Counters {
     recordings: AtomicU64::new(0),
     graph_launches: AtomicU64::new(0),
     recording_fallbacks: AtomicU64::new(0),
+    recording_inputs_copied: AtomicU64::new(0),
+    recording_inputs_kept: AtomicU64::new(0),
 };
 
 /// Adds one to a counter.

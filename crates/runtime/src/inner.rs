@@ -55,6 +55,8 @@ pub struct InnerDevice<B: BackendIr> {
     executables: Mutex<FxHashMap<usize, Lowered>>,
     /// `RuntimeConfig::reduce_overhead` of the device, as last read.
     reduce_overhead: AtomicBool,
+    /// `RuntimeConfig::batched_recording_copies` of the device, as last read.
+    batched_recording_copies: AtomicBool,
     /// Reduce-overhead mode: each replayed plan's recording state, by the plan's address (the
     /// plan is held, as for `executables`).
     recordings: Mutex<FxHashMap<usize, (Arc<Plan>, crate::recording::PlanRecording)>>,
@@ -106,6 +108,7 @@ impl<B: BackendIr> InnerDevice<B> {
             attention_tuning: Mutex::new(FxHashMap::default()),
             executables: Mutex::new(FxHashMap::default()),
             reduce_overhead: AtomicBool::new(false),
+            batched_recording_copies: AtomicBool::new(false),
             recordings: Mutex::new(FxHashMap::default()),
             current_launch: AtomicUsize::new(0),
         }
@@ -114,6 +117,11 @@ impl<B: BackendIr> InnerDevice<B> {
     /// Whether replays may launch recorded graphs (reduce-overhead mode; CUDA only).
     pub(crate) fn reduce_overhead(&self) -> bool {
         self.reduce_overhead.load(Ordering::Relaxed)
+    }
+
+    /// Whether a recorded graph's launch copies only the inputs that moved, batched.
+    pub(crate) fn batched_recording_copies(&self) -> bool {
+        self.batched_recording_copies.load(Ordering::Relaxed)
     }
 
     /// What records graphs on this device, if its target has one.
@@ -217,6 +225,8 @@ impl<B: BackendIr> InnerDevice<B> {
         self.vectorize.store(config.vectorize, Ordering::Relaxed);
         self.reduce_overhead
             .store(config.reduce_overhead, Ordering::Relaxed);
+        self.batched_recording_copies
+            .store(config.batched_recording_copies, Ordering::Relaxed);
         if let Some(target) = &self.kernels {
             target.configure(config);
         }

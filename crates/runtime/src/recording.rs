@@ -601,7 +601,13 @@ fn launch<B: BackendIr>(
         .collect();
     let start = crate::profile::on().then(std::time::Instant::now);
     let scalars: Vec<f64> = current.patched.iter().map(|i| table[*i]).collect();
-    let made = recorder.launch(&current.recorded, &inputs_any, &outputs_any, &scalars)?;
+    let made = recorder.launch(
+        &current.recorded,
+        &inputs_any,
+        &outputs_any,
+        &scalars,
+        inner.batched_recording_copies(),
+    )?;
     drop(inputs);
     for ((op, pos, _), out) in current.outputs.iter().zip(made) {
         let id = ops[*op as usize]

@@ -311,6 +311,65 @@ impl Drop for Recording {
     }
 }
 
+/// Copies each `(dst, src, bytes)` between device buffers, in stream order on `stream`, in one
+/// batched driver call (CUDA 12.8 or later): one host call in place of one per copy. Called on
+/// the device thread (an external task).
+pub fn copy_batch(stream: CUstream, copies: &[(u64, u64, u64)]) -> Result<(), String> {
+    if copies.is_empty() {
+        return Ok(());
+    }
+    #[cfg(cuda_12080)]
+    {
+        let mut dsts: Vec<sys::CUdeviceptr> = copies.iter().map(|c| c.0).collect();
+        let mut srcs: Vec<sys::CUdeviceptr> = copies.iter().map(|c| c.1).collect();
+        let mut sizes: Vec<usize> = copies.iter().map(|c| c.2 as usize).collect();
+        // SAFETY: a zeroed plain C struct (no location hints: they apply to managed and
+        // pageable memory only), sources read in stream order.
+        let mut attributes: sys::CUmemcpyAttributes = unsafe { std::mem::zeroed() };
+        attributes.srcAccessOrder =
+            sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+        let mut first = [0usize];
+        // SAFETY: three arrays of `copies.len()` entries, one attribute applying from copy 0;
+        // every address is a live device buffer of at least its size (the caller's bindings).
+        #[cfg(cuda_13000)]
+        let r = unsafe {
+            sys::cuMemcpyBatchAsync_v2(
+                dsts.as_mut_ptr(),
+                srcs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                copies.len(),
+                &mut attributes,
+                first.as_mut_ptr(),
+                1,
+                stream,
+            )
+        };
+        #[cfg(not(cuda_13000))]
+        let r = {
+            let mut failed = 0usize;
+            unsafe {
+                sys::cuMemcpyBatchAsync(
+                    dsts.as_mut_ptr(),
+                    srcs.as_mut_ptr(),
+                    sizes.as_mut_ptr(),
+                    copies.len(),
+                    &mut attributes,
+                    first.as_mut_ptr(),
+                    1,
+                    &mut failed,
+                    stream,
+                )
+            }
+        };
+        check("cuMemcpyBatchAsync", r)
+    }
+    #[cfg(not(cuda_12080))]
+    {
+        let _ = stream;
+        Err("batched copies need CUDA 12.8 or later".into())
+    }
+}
+
 /// Ends the capture of `stream`: the recorded graph, instantiated, or why it cannot be used.
 pub fn end(stream: CUstream) -> Result<Recording, String> {
     ACTIVE.store(false, Ordering::Release);

@@ -2,11 +2,16 @@
 //! capture, `vendor/cubecl-cuda/src/capture.rs`), and launched again with its inputs copied
 //! into the recording's own buffers and its outputs copied out of them.
 //!
+//! With batched copies (`CompileConfig::recording_copies`), an input at the address the last
+//! launch copied it from, whose buffer the recording held since, is not copied again (a model's
+//! weights at every call), and the copies of one launch go to the driver in one batched call.
+//!
 //! Every call goes to CubeCL's device thread as an external task on the recording thread's
 //! stream, so the capture sees exactly the launches issued between `begin` and `end` on that
 //! stream, in order.
 
 use super::{GraphRecorder, Recorded};
+use crate::counters::COUNTERS;
 use burn_backend::{DType, ElementConversion};
 use burn_cubecl::cubecl::client::ComputeClient;
 use burn_cubecl::cubecl::cuda::CudaRuntime;
@@ -18,7 +23,8 @@ use cubecl_cuda::capture::{self, Recording};
 use cubecl_cuda::external::ExternalTask;
 use cudarc::driver::sys::{self, CUstream};
 use std::any::Any;
-use std::sync::{Arc, mpsc};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, mpsc};
 
 type Tensor = CubeTensor<CudaRuntime>;
 
@@ -33,6 +39,16 @@ pub(super) struct CudaGraphs {
     client: ComputeClient<CudaRuntime>,
 }
 
+/// How a launch moves its inputs in and its outputs out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Copies {
+    /// Only the inputs whose buffers changed since the last launch, in one batched call per
+    /// direction.
+    Batched,
+    /// Every input and output, one call each.
+    Each,
+}
+
 /// A recording with the device pointers of its own input and output buffers.
 struct CudaRecorded {
     recording: Option<Recording>,
@@ -41,7 +57,14 @@ struct CudaRecorded {
     outputs: Vec<(u64, u64)>,
     /// Per kernel scalar (in `end`'s order): the recorded kernel and byte offset holding it,
     /// its dtype, and the bytes written there last (the capture's markers at first).
-    scalars: std::sync::Mutex<Vec<ScalarSite>>,
+    scalars: Mutex<Vec<ScalarSite>>,
+    /// The inputs of the last launch, held until the next launch's task has run: no one
+    /// writes a buffer in place while another reference to it lives, so an input found at the
+    /// address it was copied from holds the values copied then.
+    held: Mutex<Vec<Handle>>,
+    /// Written by the launch tasks, in stream order: the address each input was last copied
+    /// from (0: none).
+    sources: Mutex<Vec<u64>>,
 }
 
 struct ScalarSite {
@@ -206,6 +229,8 @@ impl GraphRecorder for CudaGraphs {
                     inputs: Vec::new(),
                     outputs: Vec::new(),
                     scalars: Default::default(),
+                    held: Default::default(),
+                    sources: Default::default(),
                 }));
                 return Err(reason);
             }
@@ -226,7 +251,9 @@ impl GraphRecorder for CudaGraphs {
             recording: Some(recording),
             inputs: (0..n).map(at).collect(),
             outputs: (n..sizes.len()).map(at).collect(),
-            scalars: std::sync::Mutex::new(sites),
+            scalars: Mutex::new(sites),
+            held: Mutex::new(Vec::new()),
+            sources: Mutex::new(vec![0; n]),
         }))
     }
 
@@ -236,6 +263,7 @@ impl GraphRecorder for CudaGraphs {
         inputs: &[&dyn Any],
         outputs: &[&dyn Any],
         scalars: &[f64],
+        batched: bool,
     ) -> Result<Vec<Box<dyn Any + Send>>, String> {
         let recorded = recorded.clone();
         let own = (recorded.as_ref() as &dyn Any)
@@ -261,6 +289,7 @@ impl GraphRecorder for CudaGraphs {
             }
         }
         let mut bindings = Vec::with_capacity(inputs.len() + outputs.len());
+        let mut handles = Vec::with_capacity(inputs.len());
         for (t, (_, bytes)) in inputs.iter().zip(&own.inputs) {
             let t = tensor(*t)?;
             if needed(t) != *bytes || span(t) < *bytes {
@@ -271,6 +300,9 @@ impl GraphRecorder for CudaGraphs {
                 ));
             }
             bindings.push(t.handle.clone());
+            if batched {
+                handles.push(t.handle.clone());
+            }
         }
         let mut fresh = Vec::with_capacity(outputs.len());
         let mut made: Vec<Box<dyn Any + Send>> = Vec::with_capacity(outputs.len());
@@ -287,20 +319,58 @@ impl GraphRecorder for CudaGraphs {
             made.push(Box::new(out));
         }
         let n = inputs.len();
+        let copies = if batched {
+            Copies::Batched
+        } else {
+            Copies::Each
+        };
+        // The last launch's inputs are handed to this launch's task, which drops them after its
+        // comparison; this launch's are held in their place. Swapped and submitted under one
+        // lock, so the tasks run in the order the inputs were held.
+        let mut held = own.held.lock().unwrap_or_else(|e| e.into_inner());
+        let previous = std::mem::replace(&mut *held, handles);
+        let task_recorded = Arc::clone(&recorded);
         let call = move |stream: CUstream, pointers: &[u64]| -> Result<(), String> {
-            let own = (recorded.as_ref() as &dyn Any)
+            let own = (task_recorded.as_ref() as &dyn Any)
                 .downcast_ref::<CudaRecorded>()
                 .expect("checked above");
-            for (src, (dst, bytes)) in pointers[..n].iter().zip(&own.inputs) {
-                copy(*dst, *src, *bytes, stream)?;
+            let mut sources = own.sources.lock().unwrap_or_else(|e| e.into_inner());
+            let mut moves = Vec::with_capacity(n);
+            for ((source, src), (dst, bytes)) in
+                sources.iter_mut().zip(&pointers[..n]).zip(&own.inputs)
+            {
+                if copies == Copies::Batched && *source == *src {
+                    continue;
+                }
+                // Unheld (copies each), an address says nothing at the next launch.
+                *source = if copies == Copies::Batched { *src } else { 0 };
+                moves.push((*dst, *src, *bytes));
             }
-            let recording = own.recording.as_ref().ok_or("the recording was released")?;
-            recording.patch(&writes)?;
-            recording.launch(stream)?;
-            for (dst, (src, bytes)) in pointers[n..].iter().zip(&own.outputs) {
-                copy(*dst, *src, *bytes, stream)?;
+            drop(previous);
+            let kept = (n - moves.len()) as u64;
+            COUNTERS
+                .recording_inputs_copied
+                .fetch_add(moves.len() as u64, Ordering::Relaxed);
+            COUNTERS
+                .recording_inputs_kept
+                .fetch_add(kept, Ordering::Relaxed);
+            let launched = (|| {
+                copy_all(&moves, copies, stream)?;
+                let recording = own.recording.as_ref().ok_or("the recording was released")?;
+                recording.patch(&writes)?;
+                recording.launch(stream)?;
+                let moves: Vec<(u64, u64, u64)> = pointers[n..]
+                    .iter()
+                    .zip(&own.outputs)
+                    .map(|(dst, (src, bytes))| (*dst, *src, *bytes))
+                    .collect();
+                copy_all(&moves, copies, stream)
+            })();
+            if launched.is_err() {
+                // Nothing is known of the recording's inputs: the next launch copies them all.
+                sources.iter_mut().for_each(|s| *s = 0);
             }
-            Ok(())
+            launched
         };
         let bindings = bindings.into_iter().map(|h| h.binding()).collect();
         let task = ExternalTask::with_outputs(Box::new(call), &fresh);
@@ -309,6 +379,7 @@ impl GraphRecorder for CudaGraphs {
             CubeCount::Static(1, 1, 1),
             KernelArguments::new().with_buffers(bindings),
         );
+        drop(held);
         Ok(made)
     }
 
@@ -325,6 +396,30 @@ impl GraphRecorder for CudaGraphs {
             KernelArguments::new(),
         );
     }
+}
+
+/// Each `(dst, src, bytes)` of `moves`, in stream order: one batched call (one call per copy
+/// with [`Copies::Each`], or where the driver has no batched copies).
+fn copy_all(moves: &[(u64, u64, u64)], copies: Copies, stream: CUstream) -> Result<(), String> {
+    use std::sync::atomic::AtomicBool;
+    static NO_BATCHES: AtomicBool = AtomicBool::new(false);
+    if moves.len() > 1 && copies == Copies::Batched && !NO_BATCHES.load(Ordering::Relaxed) {
+        match capture::copy_batch(stream, moves) {
+            Ok(()) => return Ok(()),
+            Err(reason) => {
+                if !NO_BATCHES.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        target: "burn_compile::recordings",
+                        "batched copies failed ({reason}): one call per copy from now on"
+                    );
+                }
+            }
+        }
+    }
+    for (dst, src, bytes) in moves {
+        copy(*dst, *src, *bytes, stream)?;
+    }
+    Ok(())
 }
 
 /// `bytes` from device address `src` to `dst`, in stream order.

@@ -172,13 +172,15 @@ pub trait GraphRecorder: Send + Sync {
     /// Launches `recorded`: `inputs` (this replay's, in the recording's order) copied into its
     /// inputs, its kernel scalars set to `scalars` (in the order given to `end`), the graph,
     /// its outputs copied into new tensors laid out as `outputs` (the recording's own),
-    /// returned in order.
+    /// returned in order. `batched`: only the inputs found elsewhere than where the last
+    /// launch copied them from are copied, each direction's copies in one call.
     fn launch(
         &self,
         recorded: &Arc<dyn Recorded>,
         inputs: &[&dyn Any],
         outputs: &[&dyn Any],
         scalars: &[f64],
+        batched: bool,
     ) -> Result<Vec<Box<dyn Any + Send>>, String>;
 
     /// Frees `recorded` once its launches have run.
