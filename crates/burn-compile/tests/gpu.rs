@@ -1387,8 +1387,7 @@ fn gpu_vectorized_kernels_match_eager_over_aligned_and_misaligned_views() {
 #[cfg(feature = "cuda")]
 mod reduce_overhead {
     use super::*;
-    use burn::module::{Module, Param};
-    use burn::nn::Linear;
+    use crate::support::Mlp;
     use burn::optim::{AdamConfig, GradientsParams, Optimizer};
     use burn::tensor::ElementConversion;
     use burn::tensor::backend::AutodiffBackend;
@@ -1526,30 +1525,6 @@ mod reduce_overhead {
         );
     }
 
-    #[derive(Module, Debug)]
-    struct Mlp<B: Backend> {
-        a: Linear<B>,
-        b: Linear<B>,
-    }
-
-    impl<B: Backend> Mlp<B> {
-        fn new(w: &[TensorData; 4], device: &B::Device) -> Self {
-            let linear = |w: &TensorData, b: &TensorData| Linear {
-                weight: Param::from_tensor(Tensor::from_data(w.clone(), device)),
-                bias: Some(Param::from_tensor(Tensor::from_data(b.clone(), device))),
-            };
-            Self {
-                a: linear(&w[0], &w[1]),
-                b: linear(&w[2], &w[3]),
-            }
-        }
-
-        fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-            self.b
-                .forward(burn::tensor::activation::relu(self.a.forward(x)))
-        }
-    }
-
     /// 20 Adam steps with a learning rate that changes every step (a schedule): losses and
     /// final weights. Adam's bias corrections change every step too.
     fn train<B: AutodiffBackend>(
@@ -1569,13 +1544,8 @@ mod reduce_overhead {
             let lr = 1e-2 / (1.0 + step as f64);
             model = optim.step(lr, model, grads);
         }
-        let weights = vec![
-            model.a.weight.val().into_data(),
-            model.a.bias.as_ref().unwrap().val().into_data(),
-            model.b.weight.val().into_data(),
-            model.b.bias.as_ref().unwrap().val().into_data(),
-        ];
-        (losses, weights)
+        // a's weight and bias, then b's (the visit order).
+        (losses, crate::support::weights(&model))
     }
 
     /// Training under reduce-overhead: new parameter tensors every step (they move: copied into

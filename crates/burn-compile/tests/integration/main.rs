@@ -21,6 +21,7 @@ mod capture;
 mod compile_fallback;
 mod cpu_build_failures;
 mod cpu_kernels;
+mod data_parallel;
 mod differential;
 mod disk_cache;
 mod eager_closes_all;

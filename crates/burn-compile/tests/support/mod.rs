@@ -10,6 +10,32 @@ use burn::tensor::{Tensor, TensorData};
 #[cfg(any(feature = "wgpu", feature = "wgpu-fusion", feature = "cuda"))]
 pub mod wgpu;
 
+/// Two linear layers with a ReLU between, from given weights `[w_a, b_a, w_b, b_b]`: the
+/// training tests' small model.
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    a: burn::nn::Linear<B>,
+    b: burn::nn::Linear<B>,
+}
+
+impl<B: Backend> Mlp<B> {
+    pub fn new(w: &[TensorData; 4], device: &B::Device) -> Self {
+        let linear = |w: &TensorData, b: &TensorData| burn::nn::Linear {
+            weight: Param::from_tensor(Tensor::from_data(w.clone(), device)),
+            bias: Some(Param::from_tensor(Tensor::from_data(b.clone(), device))),
+        };
+        Self {
+            a: linear(&w[0], &w[1]),
+            b: linear(&w[2], &w[3]),
+        }
+    }
+
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.b
+            .forward(burn::tensor::activation::relu(self.a.forward(x)))
+    }
+}
+
 /// One `#[test]` per case for a backend pair, in a module named after the pair: each calls the
 /// binary's own `check::<compiled, eager>(name, case::<compiled>, case::<eager>)`.
 #[allow(unused_macros)]
