@@ -49,7 +49,7 @@ mod devices {
     pub type Inner = burn_cuda::Cuda<f32, i32>;
     /// Peer `i` on GPU `i`.
     pub fn device(peer: usize) -> burn_cuda::CudaDevice {
-        burn_cuda::CudaDevice::new(peer)
+        burn_cuda::CudaDevice { index: peer }
     }
 }
 
