@@ -39,16 +39,6 @@ pub(super) struct CudaGraphs {
     client: ComputeClient<CudaRuntime>,
 }
 
-/// How a launch moves its inputs in and its outputs out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Copies {
-    /// Only the inputs whose buffers changed since the last launch, in one batched call per
-    /// direction.
-    Batched,
-    /// Every input and output, one call each.
-    Each,
-}
-
 /// A recording with the device pointers of its own input and output buffers.
 struct CudaRecorded {
     recording: Option<Recording>,
@@ -319,11 +309,6 @@ impl GraphRecorder for CudaGraphs {
             made.push(Box::new(out));
         }
         let n = inputs.len();
-        let copies = if batched {
-            Copies::Batched
-        } else {
-            Copies::Each
-        };
         // The last launch's inputs are handed to this launch's task, which drops them after its
         // comparison; this launch's are held in their place. Swapped and submitted under one
         // lock, so the tasks run in the order the inputs were held.
@@ -339,11 +324,11 @@ impl GraphRecorder for CudaGraphs {
             for ((source, src), (dst, bytes)) in
                 sources.iter_mut().zip(&pointers[..n]).zip(&own.inputs)
             {
-                if copies == Copies::Batched && *source == *src {
+                if batched && *source == *src {
                     continue;
                 }
                 // Unheld (copies each), an address says nothing at the next launch.
-                *source = if copies == Copies::Batched { *src } else { 0 };
+                *source = if batched { *src } else { 0 };
                 moves.push((*dst, *src, *bytes));
             }
             drop(previous);
@@ -355,7 +340,7 @@ impl GraphRecorder for CudaGraphs {
                 .recording_inputs_kept
                 .fetch_add(kept, Ordering::Relaxed);
             let launched = (|| {
-                copy_all(&moves, copies, stream)?;
+                copy_all(&moves, batched, stream)?;
                 let recording = own.recording.as_ref().ok_or("the recording was released")?;
                 recording.patch(&writes)?;
                 recording.launch(stream)?;
@@ -364,7 +349,7 @@ impl GraphRecorder for CudaGraphs {
                     .zip(&own.outputs)
                     .map(|(dst, (src, bytes))| (*dst, *src, *bytes))
                     .collect();
-                copy_all(&moves, copies, stream)
+                copy_all(&moves, batched, stream)
             })();
             if launched.is_err() {
                 // Nothing is known of the recording's inputs: the next launch copies them all.
@@ -398,12 +383,12 @@ impl GraphRecorder for CudaGraphs {
     }
 }
 
-/// Each `(dst, src, bytes)` of `moves`, in stream order: one batched call (one call per copy
-/// with [`Copies::Each`], or where the driver has no batched copies).
-fn copy_all(moves: &[(u64, u64, u64)], copies: Copies, stream: CUstream) -> Result<(), String> {
+/// Each `(dst, src, bytes)` of `moves`, in stream order: one batched call when `batched` (one
+/// call per copy otherwise, or where the driver has no batched copies).
+fn copy_all(moves: &[(u64, u64, u64)], batched: bool, stream: CUstream) -> Result<(), String> {
     use std::sync::atomic::AtomicBool;
     static NO_BATCHES: AtomicBool = AtomicBool::new(false);
-    if moves.len() > 1 && copies == Copies::Batched && !NO_BATCHES.load(Ordering::Relaxed) {
+    if moves.len() > 1 && batched && !NO_BATCHES.load(Ordering::Relaxed) {
         match capture::copy_batch(stream, moves) {
             Ok(()) => return Ok(()),
             Err(reason) => {
