@@ -219,7 +219,8 @@ pub enum RecordingCopies {
     /// Only the inputs found elsewhere than where the last launch copied them from (the
     /// recording holds the last launch's inputs until the next, so an input at the same
     /// address was not rewritten: a model's weights are copied once), each direction's copies
-    /// in one batched driver call (`cuMemcpyBatchAsync`, CUDA 12.8+). Not yet run on a GPU.
+    /// in one launch of a copy kernel reading a table of moves uploaded per launch (one DMA
+    /// copy per tensor costs the GPU a few microseconds however small the tensor).
     Batched,
 }
 

@@ -180,6 +180,7 @@ pub struct Recording {
     pub nodes: usize,
     kept: Vec<Binding>,
     kernels: Mutex<Vec<CapturedKernel>>,
+    moves: Mutex<MoveTable>,
 }
 
 // SAFETY: the graph handles are used on the device thread only (launch and destroy are called
@@ -296,6 +297,11 @@ impl Recording {
                 sys::cuGraphDestroy(self.graph);
                 self.graph = std::ptr::null_mut();
             }
+            let table = self.moves.get_mut().unwrap_or_else(|e| e.into_inner());
+            if table.at != 0 {
+                let _ = cudarc::driver::result::free_sync(table.at);
+                table.at = 0;
+            }
             if self.arena != 0 {
                 let _ = cudarc::driver::result::free_sync(self.arena);
                 self.arena = 0;
@@ -311,63 +317,210 @@ impl Drop for Recording {
     }
 }
 
-/// Copies each `(dst, src, bytes)` between device buffers, in stream order on `stream`, in one
-/// batched driver call (CUDA 12.8 or later): one host call in place of one per copy. Called on
-/// the device thread (an external task).
-pub fn copy_batch(stream: CUstream, copies: &[(u64, u64, u64)]) -> Result<(), String> {
-    if copies.is_empty() {
-        return Ok(());
+/// The copies of one launch, `(dst, src, bytes)` each, as one kernel launch per direction: a
+/// small device table of moves (uploaded per launch) read by [`COPY_SOURCE`]. In place of one
+/// `cuMemcpyDtoDAsync` per tensor, each a DMA operation of a few microseconds on the GPU however
+/// small the tensor: a training step's ~580 small copies took longer than its kernels' gaps.
+const COPY_SOURCE: &str = r#"
+extern "C" __global__ void burn_compile_copies(const unsigned long long* moves, unsigned int count) {
+    unsigned int m = blockIdx.y;
+    if (m >= count) return;
+    unsigned long long dst = moves[3 * m], src = moves[3 * m + 1], bytes = moves[3 * m + 2];
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long done = 0;
+    if (((dst | src) & 15) == 0) {
+        uint4* d = (uint4*)dst;
+        const uint4* s = (const uint4*)src;
+        unsigned long long n = bytes / 16;
+        for (unsigned long long i = first; i < n; i += stride) d[i] = s[i];
+        done = n * 16;
     }
-    #[cfg(cuda_12080)]
-    {
-        let mut dsts: Vec<sys::CUdeviceptr> = copies.iter().map(|c| c.0).collect();
-        let mut srcs: Vec<sys::CUdeviceptr> = copies.iter().map(|c| c.1).collect();
-        let mut sizes: Vec<usize> = copies.iter().map(|c| c.2 as usize).collect();
-        // SAFETY: a zeroed plain C struct (no location hints: they apply to managed and
-        // pageable memory only), sources read in stream order.
-        let mut attributes: sys::CUmemcpyAttributes = unsafe { std::mem::zeroed() };
-        attributes.srcAccessOrder =
-            sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
-        let mut first = [0usize];
-        // SAFETY: three arrays of `copies.len()` entries, one attribute applying from copy 0;
-        // every address is a live device buffer of at least its size (the caller's bindings).
-        #[cfg(cuda_13000)]
-        let r = unsafe {
-            sys::cuMemcpyBatchAsync_v2(
-                dsts.as_mut_ptr(),
-                srcs.as_mut_ptr(),
-                sizes.as_mut_ptr(),
-                copies.len(),
-                &mut attributes,
-                first.as_mut_ptr(),
-                1,
-                stream,
-            )
-        };
-        #[cfg(not(cuda_13000))]
-        let r = {
-            let mut failed = 0usize;
+    unsigned char* d = (unsigned char*)dst;
+    const unsigned char* s = (const unsigned char*)src;
+    for (unsigned long long i = done + first; i < bytes; i += stride) d[i] = s[i];
+}
+"#;
+
+/// Threads per block of the copy kernel.
+const COPY_THREADS: u32 = 256;
+/// Moves per launch of the copy kernel (the grid's `y` limit).
+const COPY_MOVES_PER_LAUNCH: usize = 65_535;
+
+/// The copy kernel's PTX (NVRTC, once per process) and its function per CUDA context.
+static COPY_PTX: std::sync::OnceLock<Result<std::ffi::CString, String>> =
+    std::sync::OnceLock::new();
+static COPY_FUNCTIONS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+fn copy_ptx() -> Result<&'static std::ffi::CString, String> {
+    COPY_PTX
+        .get_or_init(|| {
+            let source = std::ffi::CString::new(COPY_SOURCE).expect("no NUL in the source");
+            // SAFETY: NVRTC FFI on a NUL-terminated source that outlives the program.
             unsafe {
-                sys::cuMemcpyBatchAsync(
-                    dsts.as_mut_ptr(),
-                    srcs.as_mut_ptr(),
-                    sizes.as_mut_ptr(),
-                    copies.len(),
-                    &mut attributes,
-                    first.as_mut_ptr(),
-                    1,
-                    &mut failed,
-                    stream,
-                )
+                let program = cudarc::nvrtc::result::create_program(source.as_c_str(), None)
+                    .map_err(|e| format!("NVRTC: {e:?}"))?;
+                let options: [&str; 0] = [];
+                let compiled = cudarc::nvrtc::result::compile_program(program, &options);
+                let ptx = compiled
+                    .map_err(|e| format!("NVRTC: {e:?}"))
+                    .and_then(|()| {
+                        cudarc::nvrtc::result::get_ptx(program).map_err(|e| format!("{e:?}"))
+                    });
+                let _ = cudarc::nvrtc::result::destroy_program(program);
+                let ptx = ptx?;
+                let bytes: Vec<u8> = ptx
+                    .iter()
+                    .map(|c| *c as u8)
+                    .take_while(|b| *b != 0)
+                    .collect();
+                std::ffi::CString::new(bytes).map_err(|e| e.to_string())
+            }
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// The copy kernel in the current context (the device thread's), loaded on first use.
+fn copy_function() -> Result<sys::CUfunction, String> {
+    let mut context: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: an out-pointer to a local.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut context) })?;
+    let mut functions = COPY_FUNCTIONS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, f)) = functions.iter().find(|(c, _)| *c == context as usize) {
+        return Ok(*f as sys::CUfunction);
+    }
+    let ptx = copy_ptx()?;
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: NUL-terminated PTX; the module lives as long as its context (never unloaded).
+    check("cuModuleLoadData", unsafe {
+        sys::cuModuleLoadData(&mut module, ptx.as_ptr() as *const std::ffi::c_void)
+    })?;
+    let mut function: sys::CUfunction = std::ptr::null_mut();
+    // SAFETY: the module just loaded defines this entry point (`extern "C"`).
+    check("cuModuleGetFunction", unsafe {
+        sys::cuModuleGetFunction(&mut function, module, c"burn_compile_copies".as_ptr())
+    })?;
+    functions.push((context as usize, function as usize));
+    Ok(function)
+}
+
+/// A device table of copy moves, grown to the largest launch (three `u64` per move).
+#[derive(Default)]
+struct MoveTable {
+    at: u64,
+    moves: usize,
+}
+
+impl Recording {
+    /// Launches the graph on `stream` between two copy-kernel launches: `before` (into the
+    /// recording's inputs) and `after` (out of its outputs), each `(dst, src, bytes)`. One
+    /// upload of the moves and three launches, whatever the number of copies; one
+    /// `cuMemcpyDtoDAsync` per copy where the copy kernel cannot be built (logged once).
+    pub fn launch_with_copies(
+        &self,
+        stream: CUstream,
+        before: &[(u64, u64, u64)],
+        after: &[(u64, u64, u64)],
+    ) -> Result<(), String> {
+        let function = match copy_function() {
+            Ok(f) => f,
+            Err(reason) => {
+                static WARNED: AtomicBool = AtomicBool::new(false);
+                if !WARNED.swap(true, Ordering::Relaxed) {
+                    log::warn!("burn-compile: no copy kernel ({reason}): one copy per tensor");
+                }
+                copy_each(stream, before)?;
+                self.launch(stream)?;
+                return copy_each(stream, after);
             }
         };
-        check("cuMemcpyBatchAsync", r)
+        let moves = before.len() + after.len();
+        let mut table = self.moves.lock().unwrap_or_else(|e| e.into_inner());
+        if table.moves < moves {
+            if table.at != 0 {
+                // SAFETY: the old table; the free waits for the launches that read it.
+                let _ = unsafe { cudarc::driver::result::free_sync(table.at) };
+                table.at = 0;
+            }
+            // SAFETY: a plain device allocation, freed with the recording.
+            table.at = unsafe { cudarc::driver::result::malloc_sync(moves * 24) }
+                .map_err(|e| format!("the copy table: {e}"))?;
+            table.moves = moves;
+        }
+        let words: Vec<u64> = before
+            .iter()
+            .chain(after)
+            .flat_map(|(dst, src, bytes)| [*dst, *src, *bytes])
+            .collect();
+        if !words.is_empty() {
+            // SAFETY: `words` fits the table; a copy from pageable memory is staged before the
+            // call returns, so `words` may be dropped after it. Ordered on `stream` after the
+            // last launch's copy kernels, which read the table's previous contents.
+            check("cuMemcpyHtoDAsync", unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    table.at,
+                    words.as_ptr() as *const std::ffi::c_void,
+                    words.len() * 8,
+                    stream,
+                )
+            })?;
+        }
+        copy_kernel(function, stream, table.at, before)?;
+        self.launch(stream)?;
+        copy_kernel(function, stream, table.at + before.len() as u64 * 24, after)
     }
-    #[cfg(not(cuda_12080))]
-    {
-        let _ = stream;
-        Err("batched copies need CUDA 12.8 or later".into())
+}
+
+/// Launches the copy kernel over `moves`, whose table starts at device address `at`.
+fn copy_kernel(
+    function: sys::CUfunction,
+    stream: CUstream,
+    at: u64,
+    moves: &[(u64, u64, u64)],
+) -> Result<(), String> {
+    for (chunk, part) in moves.chunks(COPY_MOVES_PER_LAUNCH).enumerate() {
+        let largest = part.iter().map(|m| m.2).max().unwrap_or(0);
+        // About eight 16-byte words per thread for the largest move, at most 64 blocks each.
+        let per_block = COPY_THREADS as u64 * 16 * 8;
+        let blocks = largest.div_ceil(per_block).clamp(1, 64) as u32;
+        let mut table = at + (chunk * COPY_MOVES_PER_LAUNCH * 24) as u64;
+        let mut count = part.len() as u32;
+        let mut params = [
+            &mut table as *mut u64 as *mut std::ffi::c_void,
+            &mut count as *mut u32 as *mut std::ffi::c_void,
+        ];
+        // SAFETY: the kernel takes (const u64*, u32), given by address; the table holds
+        // `count` moves between live device buffers.
+        check("cuLaunchKernel (copies)", unsafe {
+            sys::cuLaunchKernel(
+                function,
+                blocks,
+                count,
+                1,
+                COPY_THREADS,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })?;
     }
+    Ok(())
+}
+
+/// Each `(dst, src, bytes)` as its own `cuMemcpyDtoDAsync` on `stream`.
+pub fn copy_each(stream: CUstream, moves: &[(u64, u64, u64)]) -> Result<(), String> {
+    for (dst, src, bytes) in moves {
+        // SAFETY: both addresses are live buffers of at least `bytes` (the caller's); the copy
+        // is ordered on `stream`.
+        check("cuMemcpyDtoDAsync", unsafe {
+            sys::cuMemcpyDtoDAsync_v2(*dst, *src, *bytes as usize, stream)
+        })?;
+    }
+    Ok(())
 }
 
 /// Ends the capture of `stream`: the recorded graph, instantiated, or why it cannot be used.
@@ -386,6 +539,7 @@ pub fn end(stream: CUstream) -> Result<Recording, String> {
         nodes: 0,
         kept: c.kept,
         kernels: Mutex::new(c.kernels),
+        moves: Mutex::new(MoveTable::default()),
     };
     if let Some(failure) = c.failure {
         return Err(failure);

@@ -4,7 +4,8 @@
 //!
 //! With batched copies (`CompileConfig::recording_copies`), an input at the address the last
 //! launch copied it from, whose buffer the recording held since, is not copied again (a model's
-//! weights at every call), and the copies of one launch go to the driver in one batched call.
+//! weights at every call), and each direction's copies are one launch of a copy kernel
+//! (`Recording::launch_with_copies`) in place of one DMA copy per tensor.
 //!
 //! Every call goes to CubeCL's device thread as an external task on the recording thread's
 //! stream, so the capture sees exactly the launches issued between `begin` and `end` on that
@@ -21,7 +22,7 @@ use burn_cubecl::cubecl::stream_id::StreamId;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl_cuda::capture::{self, Recording};
 use cubecl_cuda::external::ExternalTask;
-use cudarc::driver::sys::{self, CUstream};
+use cudarc::driver::sys::CUstream;
 use std::any::Any;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, mpsc};
@@ -340,16 +341,20 @@ impl GraphRecorder for CudaGraphs {
                 .recording_inputs_kept
                 .fetch_add(kept, Ordering::Relaxed);
             let launched = (|| {
-                copy_all(&moves, batched, stream)?;
                 let recording = own.recording.as_ref().ok_or("the recording was released")?;
                 recording.patch(&writes)?;
-                recording.launch(stream)?;
-                let moves: Vec<(u64, u64, u64)> = pointers[n..]
+                let outputs: Vec<(u64, u64, u64)> = pointers[n..]
                     .iter()
                     .zip(&own.outputs)
                     .map(|(dst, (src, bytes))| (*dst, *src, *bytes))
                     .collect();
-                copy_all(&moves, batched, stream)
+                if batched {
+                    recording.launch_with_copies(stream, &moves, &outputs)
+                } else {
+                    capture::copy_each(stream, &moves)?;
+                    recording.launch(stream)?;
+                    capture::copy_each(stream, &outputs)
+                }
             })();
             if launched.is_err() {
                 // Nothing is known of the recording's inputs: the next launch copies them all.
@@ -380,39 +385,5 @@ impl GraphRecorder for CudaGraphs {
             CubeCount::Static(1, 1, 1),
             KernelArguments::new(),
         );
-    }
-}
-
-/// Each `(dst, src, bytes)` of `moves`, in stream order: one batched call when `batched` (one
-/// call per copy otherwise, or where the driver has no batched copies).
-fn copy_all(moves: &[(u64, u64, u64)], batched: bool, stream: CUstream) -> Result<(), String> {
-    use std::sync::atomic::AtomicBool;
-    static NO_BATCHES: AtomicBool = AtomicBool::new(false);
-    if moves.len() > 1 && batched && !NO_BATCHES.load(Ordering::Relaxed) {
-        match capture::copy_batch(stream, moves) {
-            Ok(()) => return Ok(()),
-            Err(reason) => {
-                if !NO_BATCHES.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        target: "burn_compile::recordings",
-                        "batched copies failed ({reason}): one call per copy from now on"
-                    );
-                }
-            }
-        }
-    }
-    for (dst, src, bytes) in moves {
-        copy(*dst, *src, *bytes, stream)?;
-    }
-    Ok(())
-}
-
-/// `bytes` from device address `src` to `dst`, in stream order.
-fn copy(dst: u64, src: u64, bytes: u64, stream: CUstream) -> Result<(), String> {
-    // SAFETY: both addresses are live buffers of at least `bytes` (the recording's own, and a
-    // binding of the task resolved by the server); the copy is ordered on `stream`.
-    match unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes as usize, stream) } {
-        sys::CUresult::CUDA_SUCCESS => Ok(()),
-        e => Err(format!("cuMemcpyDtoDAsync: {e:?}")),
     }
 }
