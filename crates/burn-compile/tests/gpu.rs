@@ -1510,15 +1510,26 @@ mod reduce_overhead {
             got.assert_approx_eq::<f32>(&want, tol());
         }
         let m = burn_compile::metrics().since(&before);
+        let batched = burn_compile::config_for(&device).recording_copies
+            == burn_compile::RecordingCopies::Batched;
         default_again();
         assert!(
             m.graph_launches >= 8,
             "calls after warm-up launch the recording: {m:?}"
         );
-        assert!(
-            kept_before_change >= 4,
-            "the bias, the same tensor every call, is copied once: {m:?}"
-        );
+        // `BURN_COMPILE_RECORDING_COPIES` overrides `configure` (the environment comes last):
+        // a suite run with `each` copies every input at every launch, and nothing is kept.
+        if batched {
+            assert!(
+                kept_before_change >= 4,
+                "the bias, the same tensor every call, is copied once: {m:?}"
+            );
+        } else {
+            assert_eq!(
+                m.graph_inputs_kept, 0,
+                "copies each input every call: {m:?}"
+            );
+        }
         assert!(
             m.graph_inputs_copied > m.graph_launches,
             "each call's x is copied, and the new bias once: {m:?}"
@@ -1546,6 +1557,53 @@ mod reduce_overhead {
         }
         // a's weight and bias, then b's (the visit order).
         (losses, crate::support::weights(&model))
+    }
+
+    /// The attention autotune times synced runs of a plan's first replays: the plan is recorded
+    /// only once it has decided (a graph recorded while it tunes would run the variant then
+    /// under test for good and leave the decision pending). Every call matches eager.
+    #[test]
+    fn gpu_reduce_overhead_records_attention_only_after_its_autotune_decided() {
+        let guard = reduce_overhead_on();
+        let config = CompileConfig {
+            mode: Mode::ReduceOverhead,
+            attention_f32: true,
+            attention_autotune: true,
+            // Specialized: a symbolic plan has no attention step to tune (other tests of the
+            // suite run this graph at other sequence lengths).
+            dynamic: burn_compile::DynamicShapes::Never,
+            ..suite_config()
+        };
+        let device = Default::default();
+        configure(&device, config);
+        // A problem of its own (another sequence length): its tuning starts here.
+        let d: Vec<TensorData> = (0..3)
+            .map(|i| support::float_data(&[2, 3, 20, 16], 131 + i, -1.0, 1.0))
+            .collect();
+        let eager = run_attention::<Eager>(&d, 0.25, &device);
+        let before = burn_compile::metrics();
+        for call in 0..4u64 {
+            let (got, report) = explain(|| run_attention::<C>(&d, 0.25, &device));
+            got.assert_approx_eq::<f32>(&eager, f16_staged_tol());
+            let m = burn_compile::metrics().since(&before);
+            // Parts, parts timed, kernel, kernel timed: each ran, none recorded.
+            assert_eq!(m.graph_recordings, 0, "call {call} (tuning): {m:?}");
+            let ran = (report.attention_kernels, m.attention_kernels);
+            assert_eq!(ran, (1, call.saturating_sub(1)), "call {call}: {report}");
+        }
+        for _ in 4..10 {
+            let got = run_attention::<C>(&d, 0.25, &device);
+            got.assert_approx_eq::<f32>(&eager, f16_staged_tol());
+        }
+        let m = burn_compile::metrics().since(&before);
+        default_again();
+        drop(guard);
+        assert_eq!(
+            m.graph_recordings, 1,
+            "recorded once, after the decision: {m:?}"
+        );
+        assert!(m.graph_launches >= 2, "the recording is launched: {m:?}");
+        assert_eq!(m.recording_fallbacks, 0, "{m:?}");
     }
 
     /// Training under reduce-overhead: new parameter tensors every step (they move: copied into

@@ -487,6 +487,21 @@ impl<B: BackendIr> InnerDevice<B> {
             .insert(key, next);
     }
 
+    /// Whether every attention step of `plan` has its tuning decided (or the autotune is off):
+    /// until then its replays run timed, synced steps, which a recorded graph would skip.
+    pub fn tuning_decided(&self, plan: &Plan) -> bool {
+        if !self.attention_autotune.load(Ordering::Relaxed) {
+            return true;
+        }
+        let tuning = self
+            .attention_tuning
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        plan.attention
+            .iter()
+            .all(|g| matches!(tuning.get(&(g.dims, g.dtype)), Some(Tuning::Decided(_))))
+    }
+
     /// Whether the attention autotune found the parts of `group`'s problem faster than the
     /// kernel: plans are then built without the attention step.
     pub fn attention_lost(&self, group: &AttentionGroup) -> bool {

@@ -161,6 +161,11 @@ fn replay_with<B: BackendIr>(
         }
         state.release(recorder);
     } else {
+        // A replay that still tunes is no warm-up: the attention autotune times synced runs,
+        // and a graph recorded before its decision would run the undecided variant for good.
+        if !inner.tuning_decided(replay.plan) {
+            return false;
+        }
         state.replays += 1;
         if state.replays <= WARM_REPLAYS {
             return false;
