@@ -10,7 +10,7 @@ them) whose last k launches repeat the k before by kernel name — one whole ste
 timed steps at the end of the run are the same cached plan (a shorter period inside a step, a
 layer, also repeats, but the longest tail period is the step). Prints one JSON line
 (`"metric":"kernel_ms"`, `"launches"`, system `burn-compile`) and, with `--list`, the step's
-kernels in launch order. ncu serializes kernels: the sum is GPU time, not wall time.
+kernels in launch order; with `--kinds`, their launches and time by kernel name. ncu serializes kernels: the sum is GPU time, not wall time.
 """
 import argparse
 import csv
@@ -43,11 +43,20 @@ parser.add_argument("--dtype", default="bf16")
 parser.add_argument("--phase", default="train")
 parser.add_argument("--system", default="burn-compile")
 parser.add_argument("--list", action="store_true")
+parser.add_argument("--kinds", action="store_true", help="launches and time by kernel name")
 a = parser.parse_args()
 step = steady_step(rows(a.csv))
 if a.list:
     for name, us in step:
         print(f"  {us:8.1f} us  {re.sub(r'<.*', '', name)[:80]}")
+if a.kinds:
+    kinds = {}
+    for name, us in step:
+        kind = re.sub(r"_\d+$", "", re.sub(r"<.*", "", name))[:70]
+        n, total = kinds.get(kind, (0, 0.0))
+        kinds[kind] = (n + 1, total + us)
+    for kind, (n, total) in sorted(kinds.items(), key=lambda k: -k[1][1]):
+        print(f"  {n:4d} x {total:9.1f} us  {kind}")
 print(json.dumps({
     "workload": a.workload,
     "dtype": a.dtype,

@@ -16,7 +16,7 @@
 //!
 //! ```text
 //! # CPU: Compiled<Flex> against Flex, a small GPT (2 layers, d 128, context 64), 200 steps:
-//! cargo run --release -p burn-compile-examples --example train_gpt [-- --steps N]
+//! cargo run --release -p burn-compile-examples --example train_gpt [-- --steps N] [--data DIR]
 //! # CUDA: Compiled<Cuda> against Cuda, GPT-2 small (12 layers, d 768, 12 heads, context 1024),
 //! # batch 8, 50 steps:
 //! CUDARC_CUDA_VERSION=13000 cargo run --release -p burn-compile-examples --example train_gpt --features cuda
@@ -100,8 +100,8 @@ pub struct RunConfig {
     batch: usize,
 }
 
-/// This repository's Rust sources under `crates/`, in path order, concatenated.
-fn corpus() -> Result<Vec<u8>, String> {
+/// The Rust sources under `root` (this repository's `crates/`), in path order, concatenated.
+fn corpus(root: &Path) -> Result<Vec<u8>, String> {
     fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
         let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         for entry in entries {
@@ -114,9 +114,8 @@ fn corpus() -> Result<Vec<u8>, String> {
         }
         Ok(())
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates");
     let mut files = Vec::new();
-    walk(&root, &mut files)?;
+    walk(root, &mut files)?;
     files.sort();
     let mut text = Vec::new();
     for f in &files {
@@ -409,35 +408,61 @@ fn initial_weights<B: Backend>(config: &GptConfig) -> Vec<TensorData> {
     collect.0
 }
 
-fn steps_from_args() -> Result<usize, String> {
-    let mut steps = target::STEPS;
+/// What the command line asks: the number of steps and where the training text is.
+struct Args {
+    steps: usize,
+    data: PathBuf,
+}
+
+/// The `crates/` folder of the checkout this program was built from, else of the working
+/// directory (a binary copied to another machine and run from a checkout's root).
+fn default_data() -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates");
+    if built.is_dir() {
+        built
+    } else {
+        PathBuf::from("crates")
+    }
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut parsed = Args {
+        steps: target::STEPS,
+        data: default_data(),
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--steps" => {
-                steps = args
+                parsed.steps = args
                     .next()
                     .and_then(|v| v.parse().ok())
                     .filter(|s: &usize| *s >= COMPARED)
                     .ok_or(format!("--steps takes a number of at least {COMPARED}"))?;
             }
+            "--data" => {
+                parsed.data = args
+                    .next()
+                    .map(PathBuf::from)
+                    .ok_or("--data takes a folder of Rust sources")?;
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    Ok(steps)
+    Ok(parsed)
 }
 
 fn main() -> ExitCode {
     // `BURN_COMPILE_LOGS=graph_breaks,recompiles,…` shows what the compiler did.
     burn_compile::init_logs();
-    let steps = match steps_from_args() {
-        Ok(s) => s,
+    let Args { steps, data } = match parse_args() {
+        Ok(a) => a,
         Err(e) => {
-            eprintln!("error: {e}\nusage: train_gpt [--steps N]");
+            eprintln!("error: {e}\nusage: train_gpt [--steps N] [--data DIR]");
             return ExitCode::from(2);
         }
     };
-    let text = match corpus() {
+    let text = match corpus(&data) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: cannot read the training text: {e}");

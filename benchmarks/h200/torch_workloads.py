@@ -17,7 +17,8 @@ Usage on the GPU machine:
     WORKLOADS=W1,W2,W3 DTYPES=f32,bf16 python3 torch_workloads.py [eager default reduce-overhead]
 Prints one JSON line per figure (workload, dtype, phase, system "torch", mode, ms per step,
 first call in s); with PROFILE=1 also `kernel_ms` and `launches`: the CUDA kernels of one
-steady step under torch.profiler (their summed device time and their count).
+steady step under torch.profiler (their summed device time and their count); with KINDS=1 as
+well, that step's launches and time by kernel name on stderr.
 """
 import json
 import os
@@ -45,6 +46,14 @@ def kernel_time(step):
         step()
         torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if os.environ.get("KINDS"):
+        # Launches and time by kernel name, largest first (stderr: the JSON lines stay clean).
+        kinds = {}
+        for e in kernels:
+            n, t = kinds.get(e.name[:70], (0, 0.0))
+            kinds[e.name[:70]] = (n + 1, t + e.device_time)
+        for name, (n, t) in sorted(kinds.items(), key=lambda k: -k[1][1])[:25]:
+            print(f"  {n:4d} x {t:9.1f} us  {name}", file=sys.stderr)
     return sum(e.device_time for e in kernels) / 1e3, len(kernels)
 
 

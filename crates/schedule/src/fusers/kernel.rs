@@ -419,14 +419,18 @@ pub fn fused_groups(ops: &[OperationIr], live: &[bool], max_buffers: usize) -> V
 
 /// Whether a run of these operations is worth a generated kernel: two or more fuse; one alone
 /// is left to the inner backend's own kernel, except where the inner backend takes several: a
-/// softmax, and ReLU's backward (a comparison, then a masked fill).
+/// softmax, ReLU (Burn's default: a comparison, then a masked fill — in training its input is
+/// kept for the backward, so it cannot be a matmul's epilogue) and ReLU's backward (the same
+/// two).
 fn worth_a_kernel(ops: &[OperationIr], run: &[u32]) -> bool {
     match run {
         [] => false,
         [one] => fusible(&ops[*one as usize]).is_some_and(|f| {
             matches!(
                 f.compute,
-                Compute::Softmax(..) | Compute::Binary(BinaryOp::ReluBackward, ..)
+                Compute::Softmax(..)
+                    | Compute::Unary(UnaryOp::Relu, _)
+                    | Compute::Binary(BinaryOp::ReluBackward, ..)
             )
         }),
         _ => true,
