@@ -2,7 +2,9 @@
 # Runs named steps on the GPU machine within one call's budget, each bounded by a watchdog that
 # takes cuda-gdb (else gdb) backtraces of a step still running at its limit, and carries the
 # disk cache (XDG_CACHE_HOME: PTX, autotune results) from one call to the next through
-# $OUT/xdg.tgz (put it back in the carried folder as xdg.tgz). Unpacks *.xz binaries first.
+# $OUT/xdg.tgz, and CubeCL's caches under the checkout's target/ through
+# $OUT/target-caches.tgz (put both back in the carried folder). Unpacks *.xz binaries first.
+# Run from a folder two levels below the checkout's root (bench-out/carry).
 #
 #   bash run_steps.sh BUDGET_S "name:limit_s:command" ...
 #
@@ -18,6 +20,9 @@ BUDGET=$1; shift
 T0=$(date +%s)
 export CUDA_PATH=/usr/local/cuda BENCH_GPU=${BENCH_GPU:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o "H[0-9]00" || echo unknown)} BENCH_DATE=${BENCH_DATE:-$(date +%F)} XDG_CACHE_HOME=$PWD/xdg
 [ -f xdg.tgz ] && tar xzf xdg.tgz
+# CubeCL keeps its autotune results under the checkout's target/ when Burn, not Compiled,
+# configures it first (a process that runs Burn eager first): carried as target-caches.tgz.
+[ -f target-caches.tgz ] && tar xzf target-caches.tgz -C ../..
 for f in *.xz; do [ -f "$f" ] && xz -d -T0 "$f"; done
 chmod +x gpu w1_bench w2_bench w3_bench train_gpt 2>/dev/null
 echo "unpacked in $(( $(date +%s)-T0 ))s"
@@ -48,4 +53,7 @@ for s in "$@"; do
   step "$name" "$t" "$cmd"
 done
 tar czf $OUT/xdg.tgz xdg 2>/dev/null; ls -la $OUT/xdg.tgz
+caches=$(cd ../.. && ls -d target/autotune target/cuda 2>/dev/null)
+[ -n "$caches" ] && tar czf $OUT/target-caches.tgz -C ../.. $caches && ls -la $OUT/target-caches.tgz
+du -sh xdg/* ../../target/autotune 2>/dev/null
 echo "done at +$(( $(date +%s)-T0 ))s"
