@@ -304,28 +304,34 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
             model = Some(next);
             loss.into_data()
         });
-        if std::env::var_os("BURN_COMPILE_DIAGNOSTICS").is_some() {
-            eprintln!("{report}");
-        }
-        let horizontal = report
-            .graphs
-            .iter()
-            .map(|g| g.horizontal_kernels)
-            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        eprintln!(
-            "{system} {dtype} train plan: {} launches in {} graph(s) ({} generated kernels, {} of \
-             them in {} horizontal kernels; {} library matmuls, {} attention kernels)",
-            report.launches_per_graph.iter().sum::<usize>(),
-            report.graph_count,
-            report.fused_kernels,
-            horizontal.1,
-            horizontal.0,
-            report.library_matmuls,
-            report.attention_kernels,
-        );
+        print_train_plan(system, dtype, &report);
     }
     let train = Figure::timed(s, dtype, "train", system, (first, ms, issue_ms));
     (vec![infer, train], output)
+}
+
+/// One line on what a training step launches (the whole report too with
+/// `BURN_COMPILE_DIAGNOSTICS`).
+fn print_train_plan(system: &str, dtype: &str, report: &burn_compile::Explanation) {
+    if std::env::var_os("BURN_COMPILE_DIAGNOSTICS").is_some() {
+        eprintln!("{report}");
+    }
+    let horizontal = report
+        .graphs
+        .iter()
+        .map(|g| g.horizontal_kernels)
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    eprintln!(
+        "{system} {dtype} train plan: {} launches in {} graph(s) ({} generated kernels, {} of \
+         them in {} horizontal kernels; {} library matmuls, {} attention kernels)",
+        report.launches_per_graph.iter().sum::<usize>(),
+        report.graph_count,
+        report.fused_kernels,
+        horizontal.1,
+        horizontal.0,
+        report.library_matmuls,
+        report.attention_kernels,
+    );
 }
 
 /// The optimizer of a compiled training step: Burn's Adam with its step count on the device.
@@ -380,15 +386,20 @@ fn measure_jit<X: burn_compile::BackendIr>(
             burn_compile_examples::train_step_at(model, optim, lr, &x)
         },
     );
+    let mut call = || {
+        let lr = burn_compile_examples::LEARNING_RATE;
+        let (next, loss) = step.call(model.take().expect("model"), &mut optim, (xa.clone(), lr));
+        model = Some(next);
+        loss
+    };
+    // What the step launches: its second call, recorded under capture like any graph (the
+    // first creates the optimizer's state, a step of another structure, never replayed).
+    call().into_data();
+    let (_, report) = burn_compile::explain(|| call().into_data());
+    print_train_plan(system, dtype, &report);
     let before = burn_compile::metrics();
     let (first, ms, issue_ms) =
-        burn_compile_examples::time_calls::<C<X>, _>(&device, s.iters, s.warmup, || {
-            let lr = burn_compile_examples::LEARNING_RATE;
-            let (next, loss) =
-                step.call(model.take().expect("model"), &mut optim, (xa.clone(), lr));
-            model = Some(next);
-            loss
-        });
+        burn_compile_examples::time_calls::<C<X>, _>(&device, s.iters, s.warmup, &mut call);
     report_jit(system, dtype, "train", step.stats(), step.ineligible());
     print_recordings(system, dtype, "train", &before);
     let train = Figure::timed(s, dtype, "train", system, (first, ms, issue_ms));

@@ -91,52 +91,60 @@ impl<B: Backend> SimpleOptimizer<B> for Adam {
         mut grad: Tensor<B, D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<B, D>, Option<Self::State<D>>) {
-        if let Some(penalty) = self.penalty {
-            grad = tensor.clone().mul_scalar(penalty).add(grad);
-        }
-        let (f1, f2) = (1.0 - self.beta_1, 1.0 - self.beta_2);
-        let state = match state {
-            Some(s) => AdamState {
-                moment_1: s
-                    .moment_1
-                    .mul_scalar(self.beta_1)
-                    .add(grad.clone().mul_scalar(f1)),
-                moment_2: s
-                    .moment_2
-                    .mul_scalar(self.beta_2)
-                    .add(grad.square().mul_scalar(f2)),
-                beta_1_power: s.beta_1_power.mul_scalar(self.beta_1),
-                beta_2_power: s.beta_2_power.mul_scalar(self.beta_2),
-            },
+        // The step count's powers and the bias corrections first, one-element tensors: recorded
+        // before the parameter-shaped ops, they leave those as one run, one generated kernel
+        // per parameter (a change of shape ends a kernel: recorded in between, they cut the
+        // update into three).
+        let (beta_1_power, beta_2_power, moments) = match state {
+            Some(s) => (
+                s.beta_1_power.mul_scalar(self.beta_1),
+                s.beta_2_power.mul_scalar(self.beta_2),
+                Some((s.moment_1, s.moment_2)),
+            ),
             None => {
                 let device = tensor.device();
                 let one = Shape::new([1; D]);
-                AdamState {
-                    moment_1: grad.clone().mul_scalar(f1),
-                    moment_2: grad.square().mul_scalar(f2),
-                    beta_1_power: Tensor::full(one.clone(), self.beta_1, &device),
-                    beta_2_power: Tensor::full(one, self.beta_2, &device),
-                }
+                (
+                    Tensor::full(one.clone(), self.beta_1, &device),
+                    Tensor::full(one, self.beta_2, &device),
+                    None,
+                )
             }
         };
         // Burn's bias corrections, from the powers on the device: sqrt(1 - b2^t) / (1 - b1^t)
         // scales the first moment, eps * sqrt(1 - b2^t) is added to sqrt(v).
-        let correction_2 = state.beta_2_power.clone().neg().add_scalar(1.0).sqrt();
+        let correction_2 = beta_2_power.clone().neg().add_scalar(1.0).sqrt();
         let factor = correction_2
             .clone()
-            .div(state.beta_1_power.clone().neg().add_scalar(1.0));
-        let delta = state.moment_1.clone().mul(factor).div(
-            state
-                .moment_2
-                .clone()
-                .sqrt()
-                .add(correction_2.mul_scalar(self.epsilon)),
-        );
+            .div(beta_1_power.clone().neg().add_scalar(1.0));
+        let epsilon = correction_2.mul_scalar(self.epsilon);
+
+        if let Some(penalty) = self.penalty {
+            grad = tensor.clone().mul_scalar(penalty).add(grad);
+        }
+        let (f1, f2) = (1.0 - self.beta_1, 1.0 - self.beta_2);
+        let (moment_1, moment_2) = match moments {
+            Some((m1, m2)) => (
+                m1.mul_scalar(self.beta_1).add(grad.clone().mul_scalar(f1)),
+                m2.mul_scalar(self.beta_2).add(grad.square().mul_scalar(f2)),
+            ),
+            None => (grad.clone().mul_scalar(f1), grad.square().mul_scalar(f2)),
+        };
+        let delta = moment_1
+            .clone()
+            .mul(factor)
+            .div(moment_2.clone().sqrt().add(epsilon));
         // The learning rate multiplies alone, so that a compiled step binds it to its input.
         let tensor = if self.decoupled != 0.0 {
             tensor.clone() - tensor.mul_scalar(self.decoupled).mul_scalar(lr)
         } else {
             tensor
+        };
+        let state = AdamState {
+            moment_1,
+            moment_2,
+            beta_1_power,
+            beta_2_power,
         };
         (tensor - delta.mul_scalar(lr), Some(state))
     }
