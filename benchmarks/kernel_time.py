@@ -6,9 +6,10 @@
     python3 benchmarks/kernel_time.py train.csv --workload W1 --dtype bf16 --phase train
 
 The steady step is the repeating tail of the launches: the longest period k (at most half of
-them) whose last k launches repeat the k before by kernel name — one whole step, since the
-timed steps at the end of the run are the same cached plan (a shorter period inside a step, a
-layer, also repeats, but the longest tail period is the step). Prints one JSON line
+them) whose last k launches repeat the k before by kernel name, cut to its shortest period
+that tiles those k launches whole — one step, since the timed steps at the end of the run are
+the same cached plan (k spans several steps when more than two ran; a layer repeats inside a
+step, but the step's other launches keep it from tiling the tail). Prints one JSON line
 (`"metric":"kernel_ms"`, `"launches"`, system `burn-compile`) and, with `--list`, the step's
 kernels in launch order; with `--kinds`, their launches and time by kernel name. ncu serializes kernels: the sum is GPU time, not wall time.
 """
@@ -32,7 +33,9 @@ def steady_step(launches):
     names = [n for n, _ in launches]
     for k in range(len(names) // 2, 0, -1):
         if names[-k:] == names[-2 * k : -k]:
-            return launches[-k:]
+            tail = names[-k:]
+            d = next(d for d in range(1, k + 1) if k % d == 0 and tail == tail[-d:] * (k // d))
+            return launches[-d:]
     raise SystemExit("no repeating tail: run more than one timed step")
 
 
