@@ -46,6 +46,15 @@ pub struct CompileConfig {
     /// cuBLASLt on CUDA. `false` keeps the inner backend's own matmul (cubek), which is also
     /// what runs on wgpu and where cuBLASLt cannot be loaded (`BURN_COMPILE_LIBRARY_MATMUL`).
     pub library_matmul: bool,
+    /// Run 2-D convolutions (`conv2d`, and the gradients of its input and weight) as cuDNN calls
+    /// on CUDA (`BURN_COMPILE_CUDNN`). cuDNN is loaded at run time the first time a convolution
+    /// asks for it; where it cannot be loaded (one warning), and for what it does not take
+    /// (dtypes other than f32, f16, bf16 and f64, a weight that is not packed NCHW, a shape it
+    /// refuses), the inner backend's own convolutions run, as they do with this off and on
+    /// other backends. f32 allows TF32 tensor cores, as Burn's f32 matmul on CUDA does. Off by
+    /// default for now: not yet measured against Burn's own convolutions, and its GPU tests
+    /// have not passed yet.
+    pub cudnn: bool,
     /// Run attention written from parts (`softmax(q @ kᵀ / √d) @ v`, as Burn's
     /// `MultiHeadAttention` computes it without mask or dropout) as one flash-attention kernel
     /// (cubek's) where the inner backend is a CubeCL backend; a mask, dropout, another scale or
@@ -236,6 +245,7 @@ impl Default for CompileConfig {
             common_subexpressions: true,
             fusion: true,
             library_matmul: true,
+            cudnn: false,
             attention: true,
             attention_f32: false,
             memory_planning: true,
@@ -370,6 +380,9 @@ impl CompileConfig {
         if let Some((k, v)) = get("BURN_COMPILE_LIBRARY_MATMUL") {
             self.library_matmul = parse_bool(&k, &v)?;
         }
+        if let Some((k, v)) = get("BURN_COMPILE_CUDNN") {
+            self.cudnn = parse_bool(&k, &v)?;
+        }
         if let Some((k, v)) = get("BURN_COMPILE_ATTENTION") {
             self.attention = parse_bool(&k, &v)?;
         }
@@ -494,6 +507,7 @@ impl CompileConfig {
             vectorize: self.vectorize,
             reduce_overhead: self.mode == Mode::ReduceOverhead,
             batched_recording_copies: self.recording_copies == RecordingCopies::Batched,
+            cudnn: self.cudnn,
             c_compiler: self.c_compiler.clone(),
             c_flags: self.c_flags.clone(),
             cache_dir: self.kernel_cache_dir(),
@@ -619,6 +633,7 @@ mod tests {
                 ("BURN_COMPILE_CFLAGS", "-O2"),
                 ("BURN_COMPILE_CACHE_DIR", "/tmp/kernels"),
                 ("BURN_COMPILE_RECOMPILE_LIMIT", "0"),
+                ("BURN_COMPILE_CUDNN", "1"),
             ]))
             .unwrap();
         assert_eq!(config.c_compiler.as_deref(), Some("clang"));
@@ -634,6 +649,8 @@ mod tests {
         assert!(config.runtime().reduce_overhead);
         assert_eq!(config.recording_copies, RecordingCopies::Batched);
         assert!(config.runtime().batched_recording_copies);
+        assert!(config.cudnn && config.runtime().cudnn);
+        assert!(!CompileConfig::default().cudnn);
         assert_eq!(
             CompileConfig::default().recording_copies,
             RecordingCopies::Each

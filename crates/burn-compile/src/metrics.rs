@@ -36,6 +36,9 @@ pub struct Metrics {
     pub eager_ops: u64,
     /// Generated kernels that failed to compile or launch (their ops ran on the inner backend).
     pub kernel_fallbacks: u64,
+    /// 2-D convolution passes (forward, input or weight gradient) that ran as one cuDNN call
+    /// ([`crate::CompileConfig::cudnn`]; the others ran on the inner backend).
+    pub library_convs: u64,
     /// Attention steps that ran as one attention kernel (the others ran their parts).
     pub attention_kernels: u64,
     /// Column-sum steps that ran as one column-sum kernel (the others ran their sums: an input
@@ -48,7 +51,8 @@ pub struct Metrics {
     /// compiled or found in the disk cache), and the time they took.
     pub kernel_builds: u64,
     pub kernel_build_time: Duration,
-    /// Generated kernels launched (fused groups run as one kernel), library matmuls and attention kernels included.
+    /// Generated kernels launched (fused groups run as one kernel), library matmuls, library
+    /// convolutions and attention kernels included.
     pub kernels_launched: u64,
     /// Graphs whose compile failed: they ran eagerly (an error instead in strict mode).
     pub compile_fallbacks: u64,
@@ -108,6 +112,7 @@ impl Metrics {
             ops_eliminated: self.ops_eliminated - earlier.ops_eliminated,
             eager_ops: self.eager_ops - earlier.eager_ops,
             kernel_fallbacks: self.kernel_fallbacks - earlier.kernel_fallbacks,
+            library_convs: self.library_convs - earlier.library_convs,
             attention_kernels: self.attention_kernels - earlier.attention_kernels,
             column_kernels: self.column_kernels - earlier.column_kernels,
             vectorized_kernels: self.vectorized_kernels - earlier.vectorized_kernels,
@@ -164,6 +169,7 @@ pub fn metrics() -> Metrics {
         ops_eliminated: c.ops_eliminated.load(Relaxed),
         eager_ops: c.eager_ops.load(Relaxed),
         kernel_fallbacks: r.kernel_fallbacks.load(Relaxed),
+        library_convs: r.library_convs.load(Relaxed),
         attention_kernels: r.attention_kernels.load(Relaxed),
         column_kernels: r.column_kernels.load(Relaxed),
         vectorized_kernels: r.vectorized_kernels.load(Relaxed),

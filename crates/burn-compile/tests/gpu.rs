@@ -1649,3 +1649,210 @@ mod reduce_overhead {
         );
     }
 }
+
+/// 2-D convolutions through cuDNN (`CompileConfig::cudnn`, `BURN_COMPILE_CUDNN`): a small
+/// convolution net — a 3×3 convolution with a bias, stride 2 with padding 1, a 1×1 convolution
+/// with a bias, 2 groups, dilation 2 — forward and backward, in f32 and bf16, against eager CUDA
+/// (Burn's own convolutions). Every pass must have run as a cuDNN call: the GPU suite runs where
+/// cuDNN is installed, so a library that cannot be loaded fails these tests (its directory,
+/// e.g. the `nvidia-cudnn` wheel's `lib`, must be on `LD_LIBRARY_PATH`).
+#[cfg(feature = "cuda")]
+mod cudnn {
+    use super::*;
+    use burn::tensor::DType;
+    use burn::tensor::backend::AutodiffBackend;
+    use burn::tensor::module::conv2d;
+    use burn::tensor::ops::ConvOptions;
+    use burn_compile::Mode;
+
+    fn cudnn_on(mode: Mode) -> MutexGuard<'static, ()> {
+        // cuDNN's load failure and refusals, shown with a failing test's output.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("burn_compile::output_code=warn,burn_compile::recordings=info")
+            .with_test_writer()
+            .try_init();
+        let guard = default_config_lock();
+        let config = CompileConfig {
+            cudnn: true,
+            mode,
+            ..suite_config()
+        };
+        configure(&burn::tensor::Device::<Eager>::default(), config);
+        guard
+    }
+
+    fn default_again() {
+        configure(&burn::tensor::Device::<Eager>::default(), suite_config());
+    }
+
+    /// Convolution passes of one forward: 5 (each also has a data and a filter pass backward).
+    const CONVS: u64 = 5;
+
+    /// Weights `[out, in / groups, kh, kw]` of the five convolutions and the two biases.
+    const WEIGHTS: [[usize; 4]; 5] = [
+        [8, 4, 3, 3],
+        [8, 8, 3, 3],
+        [16, 8, 1, 1],
+        [16, 8, 3, 3],
+        [8, 16, 3, 3],
+    ];
+
+    /// The input `[2, 4, 12, 12]`, the weights (uniform in ±√(3 / fan-in): activations stay
+    /// O(1) through the layers, so TF32's rounding stays within `tol()`'s absolute part), the
+    /// biases, and the loss's weights (scaled so that the gradients stay O(0.1)).
+    fn net_data() -> (TensorData, Vec<TensorData>, Vec<TensorData>, TensorData) {
+        let x = support::float_data(&[2, 4, 12, 12], 801, -1.0, 1.0);
+        let w = WEIGHTS
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let bound = (3.0 / (s[1] * s[2] * s[3]) as f32).sqrt();
+                support::float_data(s, 810 + i as u64, -bound, bound)
+            })
+            .collect();
+        let b = [8, 16]
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| support::float_data(&[c], 820 + i as u64, -0.2, 0.2))
+            .collect();
+        let r = support::float_data(&[2, 8, 6, 6], 830, -0.1, 0.1);
+        (x, w, b, r)
+    }
+
+    /// Every kind of convolution the cuDNN route takes, ReLUs between.
+    fn conv_net<B: Backend>(
+        x: Tensor<B, 4>,
+        w: &[Tensor<B, 4>],
+        b: &[Tensor<B, 1>],
+    ) -> Tensor<B, 4> {
+        let options = |stride, padding, dilation, groups| {
+            ConvOptions::new([stride; 2], [padding; 2], [dilation; 2], groups)
+        };
+        // 3×3 with a bias: [2, 4, 12, 12] → [2, 8, 12, 12].
+        let h = relu(conv2d(
+            x,
+            w[0].clone(),
+            Some(b[0].clone()),
+            options(1, 1, 1, 1),
+        ));
+        // Stride 2, padding 1, no bias: → [2, 8, 6, 6].
+        let h = relu(conv2d(h, w[1].clone(), None, options(2, 1, 1, 1)));
+        // 1×1 with a bias: → [2, 16, 6, 6].
+        let h = relu(conv2d(
+            h,
+            w[2].clone(),
+            Some(b[1].clone()),
+            options(1, 0, 1, 1),
+        ));
+        // 2 groups: → [2, 16, 6, 6].
+        let h = relu(conv2d(h, w[3].clone(), None, options(1, 1, 1, 2)));
+        // Dilation 2 (padding 2 keeps the size): → [2, 8, 6, 6].
+        conv2d(h, w[4].clone(), None, options(1, 2, 2, 1))
+    }
+
+    type NetData = (TensorData, Vec<TensorData>, Vec<TensorData>, TensorData);
+
+    fn forward<B: Backend>(d: &NetData, dtype: DType) -> TensorData {
+        let device = Default::default();
+        let t4 = |d: &TensorData| Tensor::<B, 4>::from_data(d.clone(), (&device, dtype));
+        let t1 = |d: &TensorData| Tensor::<B, 1>::from_data(d.clone(), (&device, dtype));
+        let w: Vec<_> = d.1.iter().map(t4).collect();
+        let b: Vec<_> = d.2.iter().map(t1).collect();
+        conv_net(t4(&d.0), &w, &b).into_data()
+    }
+
+    /// The output, then the gradients of x, of each weight and of each bias, of
+    /// `sum(net(x) · r)`.
+    fn gradients<B: AutodiffBackend>(d: &NetData, dtype: DType) -> Vec<TensorData> {
+        let device = Default::default();
+        let t4 =
+            |d: &TensorData| Tensor::<B, 4>::from_data(d.clone(), (&device, dtype)).require_grad();
+        let t1 =
+            |d: &TensorData| Tensor::<B, 1>::from_data(d.clone(), (&device, dtype)).require_grad();
+        let x = t4(&d.0);
+        let w: Vec<_> = d.1.iter().map(t4).collect();
+        let b: Vec<_> = d.2.iter().map(t1).collect();
+        let r = Tensor::<B, 4>::from_data(d.3.clone(), (&device, dtype));
+        let y = conv_net(x.clone(), &w, &b);
+        let g = (y.clone() * r).sum().backward();
+        let mut out = vec![y.into_data(), x.grad(&g).unwrap().into_data()];
+        out.extend(w.iter().map(|w| w.grad(&g).unwrap().into_data()));
+        out.extend(b.iter().map(|b| b.grad(&g).unwrap().into_data()));
+        out
+    }
+
+    /// bf16 on both sides, each layer's output rounded to 8 bits of mantissa (where the two
+    /// accumulation orders round apart, one bf16 ULP, ~0.8 %, carried through the next layers):
+    /// 1e-1 relative (about 12 bf16 ULPs, the CPU kernels' bf16 tolerance) and 2e-2 absolute
+    /// for values near zero. A wrong layout, group or bias is off by O(1).
+    fn bf16_tol() -> Tolerance<f32> {
+        Tolerance::relative(1e-1).set_absolute(2e-2)
+    }
+
+    fn check(dtype: DType, tol: Tolerance<f32>) {
+        let _config = cudnn_on(Mode::Default);
+        let d = net_data();
+        let before = burn_compile::metrics();
+        let got = forward::<C>(&d, dtype);
+        let forward_convs = burn_compile::metrics().since(&before).library_convs;
+        let grads = gradients::<Autodiff<C>>(&d, dtype);
+        let m = burn_compile::metrics().since(&before);
+        default_again();
+        got.assert_approx_eq::<f32>(&forward::<Eager>(&d, dtype), tol);
+        let want = gradients::<Autodiff<Eager>>(&d, dtype);
+        let names = ["output", "x", "w0", "w1", "w2", "w3", "w4", "b0", "b1"];
+        for ((g, w), name) in grads.iter().zip(&want).zip(names) {
+            println!("checking {name} ({dtype:?})");
+            assert_eq!(g.dtype, dtype, "{name}");
+            g.assert_approx_eq::<f32>(w, tol);
+        }
+        assert_eq!(
+            forward_convs, CONVS,
+            "every forward convolution ran as a cuDNN call: {m:?}"
+        );
+        // Forward again under autodiff, then each convolution's data and filter passes (x
+        // requires its gradient: the first convolution's data pass runs too).
+        assert!(
+            m.library_convs >= 4 * CONVS,
+            "every convolution pass ran as a cuDNN call: {m:?}"
+        );
+        assert_eq!(m.kernel_fallbacks, 0, "no call failed: {m:?}");
+    }
+
+    #[test]
+    fn gpu_cudnn_convolutions_forward_and_backward_match_eager_f32() {
+        // TF32 on both sides at most (cuDNN's f32 allows it, as Burn's f32 matmul does).
+        check(DType::F32, tol());
+    }
+
+    #[test]
+    fn gpu_cudnn_convolutions_forward_and_backward_match_eager_bf16() {
+        check(DType::BF16, bf16_tol());
+    }
+
+    /// Reduce-overhead mode: the cuDNN calls of a plan are captured into its CUDA graph (each
+    /// prepared in the warm-up replays: the task only sets the stream and calls), and every
+    /// launch of the recording matches eager.
+    #[test]
+    fn gpu_cudnn_convolutions_are_recorded_into_a_graph_and_match_eager() {
+        let d = net_data();
+        let want = forward::<Eager>(&d, DType::F32);
+        let _config = cudnn_on(Mode::ReduceOverhead);
+        let before = burn_compile::metrics();
+        for call in 0..8 {
+            let got = forward::<C>(&d, DType::F32);
+            println!("call {call}");
+            got.assert_approx_eq::<f32>(&want, tol());
+        }
+        let m = burn_compile::metrics().since(&before);
+        default_again();
+        assert!(
+            m.library_convs >= 3 * CONVS,
+            "the warm-up replays and the capture ran cuDNN calls: {m:?}"
+        );
+        assert!(m.graph_recordings >= 1, "recorded: {m:?}");
+        assert!(m.graph_launches >= 4, "the recording is launched: {m:?}");
+        assert_eq!(m.recording_fallbacks, 0, "{m:?}");
+        assert_eq!(m.kernel_fallbacks, 0, "no call failed: {m:?}");
+    }
+}

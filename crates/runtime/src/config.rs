@@ -22,6 +22,10 @@ pub struct RuntimeConfig {
     /// A recorded graph's launch copies only the inputs that moved since the last launch, in
     /// one batched call per direction (else every input and output, a call each).
     pub batched_recording_copies: bool,
+    /// 2-D convolutions (the forward pass and the gradients of its input and weight) run as
+    /// cuDNN calls where the target has cuDNN (CUDA, with the library loadable); else, and for
+    /// what cuDNN does not take, the inner backend's own convolutions.
+    pub cudnn: bool,
     /// The CPU target's C compiler (else the first of `cc`, `gcc`, `clang` found).
     pub c_compiler: Option<String>,
     /// Flags for that compiler (else the target's own).
@@ -44,6 +48,7 @@ impl Default for RuntimeConfig {
             vectorize: true,
             reduce_overhead: false,
             batched_recording_copies: false,
+            cudnn: false,
             c_compiler: None,
             c_flags: None,
             cache_dir: default_cache_dir(),

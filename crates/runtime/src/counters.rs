@@ -8,10 +8,15 @@ use std::time::Duration;
 
 /// Process-wide counters of the runtime.
 pub struct Counters {
-    /// Generated kernels launched (fused groups), library matmuls and attention kernels.
+    /// Generated kernels launched (fused groups), library matmuls, library convolutions and
+    /// attention kernels.
     pub kernels_launched: AtomicU64,
-    /// Generated kernels, library matmuls or attention kernels that failed (their ops ran).
+    /// Generated kernels, library matmuls, library convolutions or attention kernels that
+    /// failed (their ops ran).
     pub kernel_fallbacks: AtomicU64,
+    /// 2-D convolution passes (forward, input or weight gradient) run as one library call
+    /// (cuDNN); the others ran on the inner backend.
+    pub library_convs: AtomicU64,
     /// Attention steps run as one attention kernel.
     pub attention_kernels: AtomicU64,
     /// Column-sum steps run as one column-sum kernel.
@@ -41,6 +46,7 @@ pub struct Counters {
 pub static COUNTERS: Counters = Counters {
     kernels_launched: AtomicU64::new(0),
     kernel_fallbacks: AtomicU64::new(0),
+    library_convs: AtomicU64::new(0),
     attention_kernels: AtomicU64::new(0),
     column_kernels: AtomicU64::new(0),
     vectorized_kernels: AtomicU64::new(0),

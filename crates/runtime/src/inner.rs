@@ -7,7 +7,7 @@
 //! and every other tensor of the device is still there.
 
 use crate::executable::Executable;
-use crate::targets::{KernelTarget, MatmulEpilogue, Work, target_for};
+use crate::targets::{ConvPass, KernelTarget, MatmulEpilogue, Work, target_for};
 use burn_backend::{DType, ExecutionError, TensorData};
 use burn_compile_schedule::{
     AttentionGroup, ColumnGroup, FusedGroup, FusedKernel, MatmulGroup, Plan,
@@ -57,6 +57,8 @@ pub struct InnerDevice<B: BackendIr> {
     reduce_overhead: AtomicBool,
     /// `RuntimeConfig::batched_recording_copies` of the device, as last read.
     batched_recording_copies: AtomicBool,
+    /// `RuntimeConfig::cudnn` of the device, as last read.
+    cudnn: AtomicBool,
     /// Reduce-overhead mode: each replayed plan's recording state, by the plan's address (the
     /// plan is held, as for `executables`).
     recordings: Mutex<FxHashMap<usize, (Arc<Plan>, crate::recording::PlanRecording)>>,
@@ -109,6 +111,7 @@ impl<B: BackendIr> InnerDevice<B> {
             executables: Mutex::new(FxHashMap::default()),
             reduce_overhead: AtomicBool::new(false),
             batched_recording_copies: AtomicBool::new(false),
+            cudnn: AtomicBool::new(false),
             recordings: Mutex::new(FxHashMap::default()),
             current_launch: AtomicUsize::new(0),
         }
@@ -212,8 +215,8 @@ impl<B: BackendIr> InnerDevice<B> {
     }
 
     /// How replays run generated kernels under `config`: what a failed kernel does
-    /// (`strict`, `inject_kernel_failure`), the attention autotune, where replays run, and
-    /// whether kernels are vectorized.
+    /// (`strict`, `inject_kernel_failure`), the attention autotune, where replays run, whether
+    /// kernels are vectorized, and whether convolutions go to cuDNN.
     pub fn set_kernel_policy(&self, config: &crate::RuntimeConfig) {
         self.strict.store(config.strict, Ordering::Relaxed);
         self.inject_failure
@@ -227,6 +230,7 @@ impl<B: BackendIr> InnerDevice<B> {
             .store(config.reduce_overhead, Ordering::Relaxed);
         self.batched_recording_copies
             .store(config.batched_recording_copies, Ordering::Relaxed);
+        self.cudnn.store(config.cudnn, Ordering::Relaxed);
         if let Some(target) = &self.kernels {
             target.configure(config);
         }
@@ -812,14 +816,123 @@ impl<B: BackendIr> InnerDevice<B> {
     }
 
     /// Executes one (non-custom) op. A float reshape that needs a copy copies with a generated
-    /// kernel where the target has one (see [`KernelTarget::reshape_copy`]).
+    /// kernel where the target has one (see [`KernelTarget::reshape_copy`]); a 2-D convolution
+    /// runs as a library call where the config asks for it and the target takes it
+    /// ([`InnerDevice::library_conv`]).
     pub fn execute(&self, op: &OperationIr) {
         if let OperationIr::BaseFloat(burn_ir::BaseOperationIr::Reshape(desc)) = op
             && self.reshape_copy(desc)
         {
             return;
         }
+        if let OperationIr::Module(module) = op
+            && self.library_conv(op, module)
+        {
+            return;
+        }
         burn_compile_dispatch::execute::<B>(&mut self.handles(), &self.device, op);
+    }
+
+    /// Runs a 2-D convolution pass (`conv2d`, `conv2d_x_backward`, `conv2d_weight_backward`) as
+    /// one library call of the target (cuDNN on CUDA) when `RuntimeConfig::cudnn` is on; `false`
+    /// when it does not (another op, the option off, no target, or a dtype, layout or shape the
+    /// library does not take: silently), or after a failed call (a warning, counted in
+    /// `kernel_fallbacks`; an error when strict): nothing changed, the inner backend runs it.
+    fn library_conv(&self, op: &OperationIr, module: &burn_ir::ModuleOperationIr) -> bool {
+        use burn_ir::ModuleOperationIr as M;
+        if !self.cudnn.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Some(target) = self.kernels.as_deref() else {
+            return false;
+        };
+        // The tensors each pass reads (in `Work::Conv2d`'s order), its options and its output.
+        let (pass, reads, options, out): (ConvPass, Vec<&TensorIr>, _, &TensorIr) = match module {
+            M::Conv2d(d) => (
+                ConvPass::Forward,
+                [&d.x, &d.weight].into_iter().chain(&d.bias).collect(),
+                &d.options,
+                &d.out,
+            ),
+            // Only x's shape is read (the output's).
+            M::Conv2dXBackward(d) => (
+                ConvPass::Data,
+                vec![&d.weight, &d.output_grad],
+                &d.options,
+                &d.out,
+            ),
+            // Only the weight's shape is read (the output's).
+            M::Conv2dWeightBackward(d) => (
+                ConvPass::Filter,
+                vec![&d.x, &d.output_grad],
+                &d.options,
+                &d.out,
+            ),
+            _ => return false,
+        };
+        let options: burn_backend::ops::ConvOptions<2> = options.clone().into();
+        match self.try_conv(target, op, pass, &reads, &options, out) {
+            Ok(taken) => {
+                if taken {
+                    crate::counters::count(&crate::counters::COUNTERS.library_convs);
+                    crate::counters::count(&crate::counters::COUNTERS.kernels_launched);
+                }
+                taken
+            }
+            Err(error) => {
+                let strict = self.strict.load(Ordering::Relaxed);
+                let summary = format!(
+                    "conv2d ({pass:?}) of {:?} to {:?}, {:?}, {options:?}",
+                    reads.iter().map(|t| &t.shape).collect::<Vec<_>>(),
+                    out.shape,
+                    out.dtype,
+                );
+                let message = failure("a library convolution", &error, strict, &summary);
+                tracing::warn!(target: "burn_compile::output_code", "{message}");
+                crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
+                false
+            }
+        }
+    }
+
+    /// The library call of a convolution pass; `Ok(false)` when the target does not take it.
+    /// Its output is registered and the op's consumed inputs freed, as the inner backend's
+    /// execution of the op would (x of the data pass and the weight of the filter pass too:
+    /// their shapes were read).
+    fn try_conv(
+        &self,
+        target: &dyn KernelTarget<B::FloatTensorPrimitive>,
+        op: &OperationIr,
+        pass: ConvPass,
+        reads: &[&TensorIr],
+        options: &burn_backend::ops::ConvOptions<2>,
+        out: &TensorIr,
+    ) -> Result<bool, String> {
+        let mut handles = self.handles();
+        let inputs: Vec<B::FloatTensorPrimitive> = reads
+            .iter()
+            .map(|t| float_input::<B>(&mut handles, t))
+            .collect();
+        if self.inject_failure.load(Ordering::Relaxed) {
+            return Err("failure injected (inject_kernel_failure)".into());
+        }
+        let work = Work::Conv2d {
+            pass,
+            inputs: &inputs,
+            options,
+            out_shape: &out.shape,
+        };
+        let Some(result) = target.launch(work)?.and_then(|mut o| o.pop()) else {
+            return Ok(false);
+        };
+        drop(inputs);
+        handles.register_handle(out.id, B::float_tensor_handle(result));
+        for t in op.inputs() {
+            if t.status == burn_ir::TensorStatus::ReadWrite {
+                handles.remove_handle(t.id);
+            }
+        }
+        Ok(true)
     }
 
     /// Runs `desc` with the target's copy kernel; `false` when it does not take it (no copy

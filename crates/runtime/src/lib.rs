@@ -7,7 +7,8 @@
 //! - [`InnerDevice`] holds the inner backend's tensors under the ids the capture gave them and
 //!   runs each step of a plan on them ([`replay`]).
 //! - [`targets`]: what launches generated kernels on the inner backend's own tensors — CubeCL on
-//!   wgpu and CUDA (cuBLASLt for CUDA's matmuls), C on the CPU.
+//!   wgpu and CUDA (cuBLASLt for CUDA's matmuls, cuDNN for its convolutions when asked), C on
+//!   the CPU.
 //!
 //! The capture depends on this crate; this crate knows nothing of the capture.
 

@@ -159,7 +159,9 @@ impl KernelTarget<FlexTensor> for Recording {
                 dims: group.dims,
                 input: input.shape().to_vec(),
             },
-            Work::Attention { .. } | Work::ReshapeCopy { .. } => return Ok(None),
+            Work::Attention { .. } | Work::ReshapeCopy { .. } | Work::Conv2d { .. } => {
+                return Ok(None);
+            }
         };
         self.0.lock().unwrap().push(offered);
         Ok(None)

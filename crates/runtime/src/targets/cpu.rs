@@ -358,12 +358,13 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                 ..
             } => self.fused_kernel(kernel, shape, inputs, scalars, dynamic),
             Work::Horizontal { kernels } => self.horizontal(kernels),
-            // The backend's own matmul and attention; a reshape that needs a copy copies in
-            // the backend's own kernel.
+            // The backend's own matmul, attention and convolutions; a reshape that needs a
+            // copy copies in the backend's own kernel.
             Work::Matmul { .. }
             | Work::Attention { .. }
             | Work::ReshapeCopy { .. }
-            | Work::Column { .. } => Ok(None),
+            | Work::Column { .. }
+            | Work::Conv2d { .. } => Ok(None),
         }
     }
 

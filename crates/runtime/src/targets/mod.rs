@@ -7,14 +7,19 @@
 //! inner backend. The target is found from the float tensor type, so `Compiled<B>` needs no
 //! bound beyond Burn's own.
 
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod conv_shapes;
 #[cfg(feature = "cpu")]
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cublaslt;
 #[cfg(feature = "cuda")]
 mod cuda_graph;
+#[cfg(feature = "cuda")]
+mod cudnn;
 
 use burn_backend::DType;
+use burn_backend::ops::ConvOptions;
 use burn_compile_schedule::{AttentionGroup, ColumnGroup, FusedKernel, MatmulGroup};
 use burn_std::Shape;
 use std::any::Any;
@@ -93,6 +98,29 @@ pub enum Work<'a, T> {
         input: &'a T,
         out_shape: &'a Shape,
     },
+    /// One pass of a 2-D convolution as one library call (cuDNN on CUDA), into a new
+    /// contiguous (NCHW) tensor of `out_shape` and the inputs' dtype. `inputs`, by pass:
+    /// [`ConvPass::Forward`] `[x, weight, bias?]`; [`ConvPass::Data`] `[weight, output_grad]`
+    /// (`out_shape` is x's); [`ConvPass::Filter`] `[x, output_grad]` (`out_shape` is the
+    /// weight's). `Ok(None)`: not taken (no library, or layouts, a dtype or a shape it does not
+    /// take): the caller runs the operation on the inner backend.
+    Conv2d {
+        pass: ConvPass,
+        inputs: &'a [T],
+        options: &'a ConvOptions<2>,
+        out_shape: &'a Shape,
+    },
+}
+
+/// Which result of a 2-D convolution a [`Work::Conv2d`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConvPass {
+    /// The convolution itself (`conv2d`), its bias added.
+    Forward,
+    /// The gradient of its input (`conv2d_x_backward`).
+    Data,
+    /// The gradient of its weight (`conv2d_weight_backward`).
+    Filter,
 }
 
 /// What runs a device's executables on its inner backend's tensors (of type `T`): CubeCL on
@@ -235,11 +263,13 @@ pub fn is_cubecl<T: 'static>() -> bool {
 #[cfg(feature = "cuda")]
 pub(crate) use cube::{batch_folded, in_slot};
 
-/// CUDA: generated kernels, and cuBLASLt for the matmuls.
+/// CUDA: generated kernels, cuBLASLt for the matmuls, and cuDNN for 2-D convolutions when asked
+/// (`CompileConfig::cudnn`).
 #[cfg(feature = "cuda")]
 mod cuda {
     use super::cube::CubeTarget;
     use super::cublaslt::CuBlasLt;
+    use super::cudnn::CuDnn;
     use super::{KernelTarget, Lowering, Work};
     use burn_backend::DType;
     use burn_cubecl::cubecl::cuda::CudaRuntime;
@@ -268,6 +298,24 @@ mod cuda {
                     target: "burn_compile::output_code",
                     "burn-compile: cuBLASLt cannot be loaded ({e}); matmuls run on the inner \
                      backend's own kernels (cubek)"
+                );
+                None
+            }
+        })
+        .as_ref()
+    }
+
+    /// cuDNN for the process, loaded the first time a convolution asks for it (only when
+    /// `CompileConfig::cudnn` is on: a process that does not use it neither loads it nor warns).
+    fn dnn() -> Option<&'static CuDnn> {
+        static DNN: OnceLock<Option<CuDnn>> = OnceLock::new();
+        DNN.get_or_init(|| match CuDnn::load() {
+            Ok(dnn) => Some(dnn),
+            Err(e) => {
+                tracing::warn!(
+                    target: "burn_compile::output_code",
+                    "burn-compile: cuDNN cannot be loaded ({e}); convolutions run on the inner \
+                     backend's own kernels"
                 );
                 None
             }
@@ -331,6 +379,20 @@ mod cuda {
                     .matmul(group, inputs, epilogue, out_shape, into)?
                     .map(|out| vec![out])),
                 (Work::Matmul { .. }, None) => Ok(None),
+                (
+                    Work::Conv2d {
+                        pass,
+                        inputs,
+                        options,
+                        out_shape,
+                    },
+                    _,
+                ) => match dnn() {
+                    Some(dnn) => Ok(dnn
+                        .conv2d(pass, inputs, options, out_shape)?
+                        .map(|out| vec![out])),
+                    None => Ok(None),
+                },
                 (other, _) => self.kernels.launch(other),
             }
         }
@@ -1145,7 +1207,8 @@ mod cube {
                 } => Ok(self
                     .column_sum(group, input, out_shape)?
                     .map(|out| vec![out])),
-                Work::Matmul { .. } => Ok(None),
+                // Library calls: CUDA's target takes them (cuBLASLt, cuDNN).
+                Work::Matmul { .. } | Work::Conv2d { .. } => Ok(None),
             }
         }
     }
