@@ -6,7 +6,7 @@
 //! stopping on the validation loss, one progress line per split, the learner's summary.
 //!
 //! First the first five Adam steps run on `Autodiff<Compiled<Flex>>` and on plain
-//! `Autodiff<Flex>` from the same weights and batches: their losses must be equal within f32's
+//! `Autodiff<Flex>` (`Cuda` for `Flex` with `--features cuda`) from the same weights and batches: their losses must be equal within f32's
 //! tolerance (`burn_compile::incident::tolerance`). Then the Learner trains both from the same
 //! initial weights with the same shuffled batches, and the program prints the validation loss
 //! and accuracy of both, the time per epoch and the speedup. (Over whole epochs the two runs
@@ -16,6 +16,8 @@
 //!
 //! ```text
 //! cargo run --release -p burn-compile-examples --example train_digits [-- --epochs N] [--patience N]
+//! # On a GPU: Autodiff<Compiled<Cuda>> against Autodiff<Cuda>
+//! CUDARC_CUDA_VERSION=13000 cargo run --release -p burn-compile-examples --example train_digits --features cuda
 //! ```
 
 use burn::data::dataloader::{DataLoaderBuilder, batcher::Batcher};
@@ -41,12 +43,25 @@ use burn::train::{
 };
 use burn_compile::Compiled;
 use burn_compile_examples::{CollectWeights, load_weights};
-use burn_flex::{Flex, FlexDevice};
+
+#[cfg(not(feature = "cuda"))]
+mod target {
+    pub type Inner = burn_flex::Flex;
+    pub const NAME: &str = "Flex";
+}
+
+#[cfg(feature = "cuda")]
+mod target {
+    pub type Inner = burn_cuda::Cuda<f32, i32>;
+    pub const NAME: &str = "Cuda";
+}
+
 use std::io::Read;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
+use target::{Inner, NAME};
 
 type Ad<B> = burn::backend::Autodiff<B>;
 
@@ -427,13 +442,13 @@ fn main() -> ExitCode {
         train_items.len(),
         valid_items.len()
     );
-    let device = FlexDevice;
+    let device = burn::tensor::Device::<Inner>::default();
     let mut weights = CollectWeights(Vec::new());
-    ResNet::<Flex>::new(&device).visit(&mut weights);
+    ResNet::<Inner>::new(&device).visit(&mut weights);
     // The first steps, value for value: the same weights, batches and optimizer on both.
     let steps = 5;
-    let compiled = first_steps::<Ad<Compiled<Flex>>>(&weights.0, train_items, steps, &device);
-    let eager = first_steps::<Ad<Flex>>(&weights.0, train_items, steps, &device);
+    let compiled = first_steps::<Ad<Compiled<Inner>>>(&weights.0, train_items, steps, &device);
+    let eager = first_steps::<Ad<Inner>>(&weights.0, train_items, steps, &device);
     let (atol, rtol) = burn_compile::incident::tolerance(burn::tensor::DType::F32);
     println!("first {steps} training losses, compiled vs eager:");
     for (step, (c, e)) in compiled.iter().zip(&eager).enumerate() {
@@ -447,7 +462,7 @@ fn main() -> ExitCode {
         }
     }
     let runs = [
-        train::<Ad<Compiled<Flex>>>(
+        train::<Ad<Compiled<Inner>>>(
             "compiled",
             &weights.0,
             train_items,
@@ -456,7 +471,7 @@ fn main() -> ExitCode {
             patience,
             &device,
         ),
-        train::<Ad<Flex>>(
+        train::<Ad<Inner>>(
             "eager",
             &weights.0,
             train_items,
@@ -487,7 +502,7 @@ fn main() -> ExitCode {
     }
     let (compiled, eager) = (&runs[0], &runs[1]);
     println!(
-        "Compiled<Flex> / Flex: {:.2}× the speed per epoch; final validation loss {:.4} vs {:.4}",
+        "Compiled<{NAME}> / {NAME}: {:.2}× the speed per epoch; final validation loss {:.4} vs {:.4}",
         eager.seconds_per_epoch / compiled.seconds_per_epoch,
         compiled.after.0,
         eager.after.0
