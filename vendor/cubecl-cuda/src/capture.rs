@@ -49,8 +49,9 @@ fn capture() -> std::sync::MutexGuard<'static, Option<Capture>> {
     CAPTURE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether a capture is in progress (the server's launch path asks per launch).
-pub(crate) fn active() -> bool {
+/// Whether a capture is in progress (the server's launch path asks per launch; library calls
+/// prepared outside captures ask before preparing).
+pub fn active() -> bool {
     ACTIVE.load(Ordering::Acquire)
 }
 

@@ -24,7 +24,7 @@ use cubecl_cuda::capture::{self, Recording};
 use cubecl_cuda::external::ExternalTask;
 use cudarc::driver::sys::CUstream;
 use std::any::Any;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, mpsc};
 
 type Tensor = CubeTensor<CudaRuntime>;
@@ -38,16 +38,6 @@ const ALIGNMENT: u64 = 256;
 
 pub(super) struct CudaGraphs {
     client: ComputeClient<CudaRuntime>,
-}
-
-/// Captures begun and not yet ended in the process. While one is open, cuDNN prepares no new
-/// call shape (its handle creation, heuristics and checks are no work for a capture): a
-/// convolution it has not prepared runs on the inner backend.
-static OPEN_CAPTURES: AtomicUsize = AtomicUsize::new(0);
-
-/// Whether a capture is open anywhere in the process.
-pub(super) fn capturing() -> bool {
-    OPEN_CAPTURES.load(Ordering::Acquire) > 0
 }
 
 /// A recording with the device pointers of its own input and output buffers.
@@ -188,16 +178,9 @@ impl GraphRecorder for CudaGraphs {
     }
 
     fn begin(&self) -> Result<(), String> {
-        OPEN_CAPTURES.fetch_add(1, Ordering::AcqRel);
-        let begun = self
-            .on_stream(Vec::new(), |stream, _| {
-                capture::begin(stream, METADATA_ARENA_BYTES)
-            })
-            .and_then(|r| r);
-        if begun.is_err() {
-            OPEN_CAPTURES.fetch_sub(1, Ordering::AcqRel);
-        }
-        begun
+        self.on_stream(Vec::new(), |stream, _| {
+            capture::begin(stream, METADATA_ARENA_BYTES)
+        })?
     }
 
     fn end(
@@ -206,9 +189,6 @@ impl GraphRecorder for CudaGraphs {
         outputs: &[&dyn Any],
         scalars: &[(f64, DType)],
     ) -> Result<Arc<dyn Recorded>, String> {
-        // The recording calls `end` once after every `begin` that succeeded.
-        let _ =
-            OPEN_CAPTURES.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         let inputs = inputs
             .iter()
             .map(|t| tensor(*t))

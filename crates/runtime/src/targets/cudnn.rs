@@ -331,7 +331,7 @@ impl CuDnn {
                 // Nothing is prepared while a graph is being captured (the warm-up replays
                 // before a recording prepared what it runs): this convolution runs on the
                 // inner backend.
-                if super::cuda_graph::capturing() {
+                if cubecl_cuda::capture::active() {
                     return Ok(None);
                 }
                 // Once per call shape: on the device thread, where the context is current.
@@ -818,7 +818,7 @@ fn prepare(handle: &DnnHandle, key: &ConvKey) -> Result<Conv, String> {
 /// Adds a bias of `channels` once, on scratch memory of a stream of its own, and waits: cuDNN
 /// says whether it adds a bias of this data type only when called, and a refusal inside a
 /// call's task would be an error of CubeCL's stream, not a fallback. On the device thread,
-/// never while a graph is captured ([`super::cuda_graph::capturing`]).
+/// never while a graph is captured (`cubecl_cuda::capture::active`).
 fn probe_bias(
     handle: &DnnHandle,
     bias: &TensorDesc,
