@@ -10,7 +10,7 @@ use burn_ir::{
 
 mod support;
 use support::relu;
-use support::{add, div_scalar, linear, matmul, mul_scalar, plan};
+use support::{add, div_scalar, linear, matmul, mul_scalar, plan, sum_dim};
 
 fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
     support::tensor(id, shape, status, DType::BF16)
@@ -284,6 +284,89 @@ fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
     );
 }
 
+/// The gradient of a broadcast right-hand side as autodiff records it (a tied head's, `x @
+/// Eᵀ.unsqueeze()`): `xᵀ @ dy` per batch entry, then summed over the batch by `SumDim`s.
+/// `batch` is the product's batch shape; each of its dimensions is summed in turn.
+fn broadcast_rhs_gradient(batch: &[usize], sum_reader: TensorStatus) -> Vec<OperationIr> {
+    let shape =
+        |m: usize, n: usize| -> Vec<usize> { batch.iter().copied().chain([m, n]).collect() };
+    let mut ops = vec![matmul(
+        t(1, &shape(32, 16), ReadWrite),
+        t(2, &shape(16, 64), ReadWrite),
+        3,
+    )];
+    let mut summed = shape(32, 64);
+    for axis in 0..batch.len() {
+        let status = if axis == 0 { sum_reader } else { ReadWrite };
+        let input = 3 + axis as u64;
+        ops.push(sum_dim(t(input, &summed, status), axis, input + 1));
+        summed[axis] = 1;
+    }
+    ops
+}
+
+#[test]
+fn a_products_sum_over_its_batch_is_folded_into_the_call() {
+    use support::plan_with_matmul_and_columns;
+    // One batch dimension, then two: the sums are the call's, not column sums.
+    for batch in [&[4][..], &[2, 3]] {
+        let ops = broadcast_rhs_gradient(batch, ReadWrite);
+        let p = plan_with_matmul_and_columns(&ops);
+        assert_eq!(p.steps, vec![Step::Matmul { group: 0 }], "{batch:?}");
+        let g = &p.matmul[0];
+        assert_eq!(g.batch_sums, (1..=batch.len() as u32).collect::<Vec<_>>());
+        assert_eq!(g.output_op(), batch.len() as u32);
+        assert!(p.column.is_empty());
+        assert_eq!(
+            p.kernel_summaries(),
+            vec!["library matmul: matmul, batch sum folded into k, BF16".to_string()]
+        );
+    }
+}
+
+#[test]
+fn batch_sums_the_call_cannot_fold_stay_column_sums() {
+    use support::plan_with_matmul_and_columns;
+    // The product is read again after its sum: it must exist.
+    let mut ops = broadcast_rhs_gradient(&[4], ReadOnly);
+    ops.push(add(
+        t(3, &[4, 32, 64], ReadWrite),
+        t(3, &[4, 32, 64], ReadOnly),
+        9,
+    ));
+    // Only part of the batch summed.
+    let partial = broadcast_rhs_gradient(&[2, 3], ReadWrite)[..2].to_vec();
+    // A sum over the rows of each product (not its batch).
+    let rows = vec![
+        matmul(
+            t(1, &[4, 32, 16], ReadWrite),
+            t(2, &[4, 16, 64], ReadWrite),
+            3,
+        ),
+        sum_dim(t(3, &[4, 32, 64], ReadWrite), 1, 4),
+    ];
+    // A broadcast operand (`x @ W`, W `[1, k, n]`): the sum is not the product's reduction.
+    let broadcast = vec![
+        matmul(
+            t(1, &[4, 32, 16], ReadWrite),
+            t(2, &[1, 16, 64], ReadWrite),
+            3,
+        ),
+        sum_dim(t(3, &[4, 32, 64], ReadWrite), 0, 4),
+    ];
+    for (what, ops) in [
+        ("read again", ops),
+        ("partial", partial),
+        ("rows", rows),
+        ("broadcast", broadcast),
+    ] {
+        let p = plan_with_matmul_and_columns(&ops);
+        assert!(p.matmul[0].batch_sums.is_empty(), "{what}");
+        assert_eq!(p.steps[0], Step::Matmul { group: 0 }, "{what}");
+        assert_eq!(p.column.len(), 1, "{what}: the sum is a column sum");
+    }
+}
+
 // The library call of a step, from the tensors' shapes and strides (column-major terms: A is
 // the row-major right-hand side, B the left-hand side, D the output read as n columns of m).
 
@@ -424,6 +507,58 @@ fn a_shared_right_hand_side_is_one_call_or_a_zero_stride_batch() {
     assert_eq!((strided.n, strided.batch), (8, 4));
     assert_eq!(strided.a.batch_stride, 0);
     assert_eq!(strided.b, operand(0, false, 16, 8, 32, 512));
+}
+
+#[test]
+fn a_batch_sum_folds_into_k_where_the_lhs_batch_and_reduction_are_one_stride() {
+    use burn_compile_schedule::batch_summed_gemm;
+    // xᵀ = swap_dims(x [2, 16, 32]) has strides [512, 1, 32]: its batch and reduction (16)
+    // step as one dimension of 32 elements per step. dy [2, 16, 64] contiguous.
+    let g = batch_summed_gemm(
+        &[&[2, 32, 16], &[2, 16, 64]],
+        &[&[512, 1, 32], &[1024, 64, 1]],
+        &[1, 32, 64],
+    )
+    .expect("one call over k = 2 · 16");
+    assert_eq!((g.m, g.n, g.k, g.batch), (64, 32, 32, 1));
+    assert_eq!(g.a, operand(1, false, 64, 32, 64, 0));
+    // xᵀ [32, 32] is column-contiguous: x's rows [32, 32] (ld 32), used transposed.
+    assert_eq!(g.b, operand(0, true, 32, 32, 32, 0));
+    assert_eq!(g.d_batch_stride, 0);
+    // Two batch dimensions fold the same way.
+    let two = batch_summed_gemm(
+        &[&[2, 3, 32, 16], &[2, 3, 16, 64]],
+        &[&[1536, 512, 1, 32], &[3072, 1024, 64, 1]],
+        &[1, 1, 32, 64],
+    )
+    .expect("k = 6 · 16");
+    assert_eq!((two.m, two.n, two.k, two.batch), (64, 32, 96, 1));
+    // A contiguous lhs steps through k innermost and its batch outermost: no one stride.
+    assert_eq!(
+        batch_summed_gemm(
+            &[&[2, 32, 16], &[2, 16, 64]],
+            &[&[512, 16, 1], &[1024, 64, 1]],
+            &[1, 32, 64],
+        ),
+        None
+    );
+    // The output must be the whole sum; the batches must match.
+    assert_eq!(
+        batch_summed_gemm(
+            &[&[2, 32, 16], &[2, 16, 64]],
+            &[&[512, 1, 32], &[1024, 64, 1]],
+            &[2, 32, 64],
+        ),
+        None
+    );
+    assert_eq!(
+        batch_summed_gemm(
+            &[&[2, 32, 16], &[1, 16, 64]],
+            &[&[512, 1, 32], &[1024, 64, 1]],
+            &[1, 32, 64],
+        ),
+        None
+    );
 }
 
 /// A named product: (what, kind, epilogue, input shapes, input strides, output shape).

@@ -14,7 +14,7 @@
 
 use super::MatmulEpilogue;
 use burn_backend::DType;
-use burn_compile_schedule::{Gemm, GemmOperand, MatmulGroup, gemm};
+use burn_compile_schedule::{Gemm, GemmOperand, MatmulGroup};
 use burn_cubecl::cubecl::cuda::CudaRuntime;
 use burn_cubecl::cubecl::prelude::CubeCount;
 use burn_cubecl::cubecl::server::{Handle as Buffer, KernelArguments};
@@ -142,7 +142,7 @@ impl CuBlasLt {
         let layout = |inputs: &[Tensor]| {
             let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.meta.shape().as_slice()).collect();
             let strides: Vec<&[usize]> = inputs.iter().map(|t| &t.meta.strides()[..]).collect();
-            gemm(group.kind, &shapes, &strides, out_shape.as_slice())
+            group.gemm(&shapes, &strides, out_shape.as_slice())
         };
         // Operands whose batch does not fold into one stride (attention's heads, split by a
         // reshape and a swap) are copied so that it does, by one generated kernel for all of a

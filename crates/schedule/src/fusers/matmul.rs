@@ -14,7 +14,9 @@
 //!
 //! each only where the product (or the previous epilogue's result) is read by that operation
 //! alone. The transposes are layouts, and the weight gradient's batch sum is folded into the
-//! reduction dimension. Whether a given call can be done (strides, batch broadcasting, a
+//! reduction dimension: `LinearWeightBackward`'s own, and the sums over the batch that
+//! autodiff appends to the gradient of a broadcast right-hand side (`x @ W.unsqueeze()`, a
+//! tied head's `h @ Eᵀ`: `Σ_b x_bᵀ @ dy_b`), taken into the call before its epilogue. Whether a given call can be done (strides, batch broadcasting, a
 //! contiguous residual) is only known from the tensors, so the runtime decides per replay and
 //! runs the operations themselves when it cannot.
 
@@ -54,6 +56,11 @@ pub struct MatmulGroup {
     pub kind: MatmulKind,
     /// The matmul operation.
     pub op: u32,
+    /// `SumDim`s over the product's batch dimensions, each the sole reader of the previous
+    /// (a plain `Matmul` only): after them every batch dimension is 1, and the call folds the
+    /// batch into its reduction (`[batch · k]`) instead of writing one product per entry.
+    #[serde(default)]
+    pub batch_sums: Vec<u32>,
     /// A `MulScalar` or `DivScalar` of the product (only without a bias: α does not scale
     /// it): the call's α, read from the recorded operation at replay.
     pub scale: Option<u32>,
@@ -70,6 +77,7 @@ impl MatmulGroup {
     /// The operations the step replaces, in program order.
     pub fn ops(&self) -> impl Iterator<Item = u32> + '_ {
         std::iter::once(self.op)
+            .chain(self.batch_sums.iter().copied())
             .chain(self.scale)
             .chain(self.residual.map(|r| r.op))
             .chain(self.relu)
@@ -87,12 +95,17 @@ impl MatmulGroup {
 
     /// Whether anything is fused into the call besides the product.
     pub fn has_epilogue(&self) -> bool {
-        self.bias || self.scale.is_some() || self.residual.is_some() || self.relu.is_some()
+        self.bias
+            || !self.batch_sums.is_empty()
+            || self.scale.is_some()
+            || self.residual.is_some()
+            || self.relu.is_some()
     }
 
     /// One line for `explain`: what the library call computes and what it fused.
     pub fn summary(&self) -> String {
         let what = match self.kind {
+            MatmulKind::Matmul if !self.batch_sums.is_empty() => "matmul, batch sum folded into k",
             MatmulKind::Matmul => "matmul",
             MatmulKind::Linear => "linear",
             MatmulKind::LinearXBackward => "linear dx (dy @ Wᵀ)",
@@ -155,6 +168,7 @@ pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
         let mut group = MatmulGroup {
             kind,
             op: i as u32,
+            batch_sums: Vec::new(),
             scale: None,
             residual: None,
             relu: None,
@@ -167,6 +181,12 @@ pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
         // The epilogue, in the order cuBLASLt applies it; each step reads the previous one's
         // result (`out`, produced at `at`) as its sole reader.
         let mut at = i;
+        if kind == MatmulKind::Matmul
+            && let Some((sums, j, o)) = batch_sums(ops, live, op, at, out)
+        {
+            group.batch_sums = sums;
+            (at, out) = (j, o);
+        }
         if !bias
             && let Some((j, o)) =
                 sole_reader(ops, live, at, out).filter(|(j, _)| is_scale(&ops[*j], out))
@@ -198,6 +218,43 @@ pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
         groups.push(group);
     }
     groups
+}
+
+/// The `SumDim`s that sum every batch dimension of `product` (the output of `matmul`, at
+/// `at`), each the sole reader of the previous: their positions, and the last one's position
+/// and output. Only where both operands have the product's batch dimensions (a broadcast
+/// operand's batch does not fold into the reduction) and some batch dimension is summed.
+fn batch_sums<'a>(
+    ops: &'a [OperationIr],
+    live: &[bool],
+    matmul: &OperationIr,
+    at: usize,
+    product: &'a TensorIr,
+) -> Option<(Vec<u32>, usize, &'a TensorIr)> {
+    let rank = product.shape.num_dims();
+    let batch = &product.shape.as_slice()[..rank.checked_sub(2)?];
+    if batch.iter().all(|d| *d == 1)
+        || matmul
+            .inputs()
+            .any(|t| t.shape.num_dims() != rank || &t.shape.as_slice()[..rank - 2] != batch)
+    {
+        return None;
+    }
+    let (mut sums, mut at, mut out) = (Vec::new(), at, product);
+    while out.shape.as_slice()[..rank - 2].iter().any(|d| *d != 1) {
+        let (j, o) = sole_reader(ops, live, at, out)?;
+        let OperationIr::NumericFloat(_, NumericOperationIr::SumDim(d)) = &ops[j] else {
+            return None;
+        };
+        let mut summed = out.shape.as_slice().to_vec();
+        *summed.get_mut(d.axis)? = 1;
+        if d.axis >= rank - 2 || o.shape.as_slice() != summed || o.dtype != out.dtype {
+            return None;
+        }
+        sums.push(j as u32);
+        (at, out) = (j, o);
+    }
+    Some((sums, at, out))
 }
 
 /// The first operation after position `at` (where `t` is produced) that reads `t`, when that
@@ -391,6 +448,48 @@ fn last_two(input: usize, shape: &[usize], strides: &[usize]) -> View {
     }
 }
 
+impl MatmulGroup {
+    /// The library call for this step over tensors of these `shapes` and `strides` (the
+    /// operation's inputs, in its order), producing a contiguous `out` shape (the step's
+    /// output: after its batch sums, if any).
+    pub fn gemm(&self, shapes: &[&[usize]], strides: &[&[usize]], out: &[usize]) -> Option<Gemm> {
+        if self.batch_sums.is_empty() {
+            gemm(self.kind, shapes, strides, out)
+        } else {
+            batch_summed_gemm(shapes, strides, out)
+        }
+    }
+}
+
+/// `Σ_batch lhs_b @ rhs_b` as one product over the folded batch: `lhs [.., m, k]` read as
+/// `[m, batch · k]`, `rhs [.., k, n]` as `[batch · k, n]`, into `out [1.., m, n]`. `None` where
+/// the lhs's batch and reduction do not fold into one stride (a contiguous lhs of more than one
+/// row: its reduction is the innermost dimension, its batch the outermost) or the operands'
+/// batches differ.
+pub fn batch_summed_gemm(shapes: &[&[usize]], strides: &[&[usize]], out: &[usize]) -> Option<Gemm> {
+    let (l, r) = (*shapes.first()?, *shapes.get(1)?);
+    let rank = out.len();
+    if rank < 3 || l.len() != rank || r.len() != rank || l[..rank - 2] != r[..rank - 2] {
+        return None;
+    }
+    if out[..rank - 2].iter().any(|d| *d != 1) {
+        return None;
+    }
+    // The lhs's columns: its batch dimensions, then k, as one.
+    let (ls, k) = (strides[0], l[rank - 1]);
+    let mut cols: Vec<usize> = l[..rank - 2].to_vec();
+    cols.push(k);
+    let mut col_strides: Vec<usize> = ls[..rank - 2].to_vec();
+    col_strides.push(ls[rank - 1]);
+    let lhs = View {
+        input: 0,
+        shape: [l[rank - 2], cols.iter().product()],
+        strides: [ls[rank - 2], folded_stride(&cols, &col_strides)?],
+    };
+    let rhs = rows_folded(1, r, strides[1])?;
+    product(lhs, rhs, 1, 0, 0, None, out)
+}
+
 /// The library call for a matmul step of `kind` over tensors of these `shapes` and `strides`
 /// (the operation's inputs, in its order), producing a contiguous `out` shape.
 pub fn gemm(
@@ -460,6 +559,20 @@ pub fn gemm(
             }
         }
     };
+    product(lhs, rhs, batch, lhs_batch, rhs_batch, bias, out)
+}
+
+/// The call computing `lhs @ rhs` (`batch` times, the operands `lhs_batch` and `rhs_batch`
+/// elements apart) into a contiguous `out`, if the views are operands cuBLASLt can read.
+fn product(
+    lhs: View,
+    rhs: View,
+    batch: usize,
+    lhs_batch: usize,
+    rhs_batch: usize,
+    bias: Option<usize>,
+    out: &[usize],
+) -> Option<Gemm> {
     let [m_rows, k] = lhs.shape;
     let [k_rhs, n] = rhs.shape;
     if k != k_rhs || k == 0 || m_rows == 0 || n == 0 {

@@ -14,7 +14,8 @@ pub use column::{ColumnGroup, column_groups};
 pub use horizontal::{HorizontalGroup, MAX_HORIZONTAL_BUFFERS};
 pub use kernel::{FusedGroup, Slot, fused_groups, scalar_operand};
 pub use matmul::{
-    Gemm, GemmOperand, MatmulGroup, MatmulKind, Residual, gemm, matmul_groups, scale_alpha,
+    Gemm, GemmOperand, MatmulGroup, MatmulKind, Residual, batch_summed_gemm, gemm, matmul_groups,
+    scale_alpha,
 };
 
 use crate::{ScheduleOptions, Step};

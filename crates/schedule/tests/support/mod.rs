@@ -190,6 +190,11 @@ pub fn plan_with_columns(ops: &[OperationIr]) -> Plan {
     plan_of(ops, false, false, false, usize::MAX, true)
 }
 
+/// [`plan`] with library matmuls and column sums (each kind accepted).
+pub fn plan_with_matmul_and_columns(ops: &[OperationIr]) -> Plan {
+    plan_of(ops, true, false, false, usize::MAX, true)
+}
+
 /// [`plan`] with horizontal fusion as asked, within `max_kernel_buffers` per kernel.
 pub fn plan_with(
     ops: &[OperationIr],
