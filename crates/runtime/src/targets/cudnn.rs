@@ -19,12 +19,14 @@
 //! makes the call (and, for a forward pass with a bias, adds it): no `cudnnFind*`, no
 //! allocation, no synchronization, so a reduce-overhead recording (a CUDA graph) captures it.
 //!
-//! f32 runs with TF32 tensor cores allowed (`CUDNN_DEFAULT_MATH`, as Burn's f32 matmul on CUDA
-//! rounds its inputs to TF32); f16 and bf16 accumulate in f32; f64 in f64. Activations (x and the
-//! output gradient) are read through their strides when they are dense in NCHW or NHWC order
-//! (burn-cubecl's own convolutions return NHWC-strided views), copied contiguous otherwise; the
-//! weight must be packed NCHW. Every operand must be 16-byte aligned (every CubeCL allocation
-//! is). Outputs are new contiguous NCHW tensors.
+//! f32 runs in full f32 (`CUDNN_FMA_MATH`, no TF32 tensor cores; see `types`); f16 and bf16
+//! accumulate in f32; f64 in f64. Activations (x and the output gradient) are read through their
+//! strides when they are dense in NCHW or NHWC order (burn-cubecl's own convolutions return
+//! NHWC-strided views) and 16-byte aligned, copied contiguous otherwise; the weight is copied
+//! when it is not packed NCHW (cuDNN's filter descriptors take no strides) — Burn's CUDA
+//! tensors are pitched, rows padded to an aligned length, so a 3×3 filter always is. Passes not
+//! taken are logged with their operands at debug level (`burn_compile::output_code`). Outputs are
+//! new contiguous NCHW tensors.
 
 use super::ConvPass;
 use super::conv_shapes::{Layout, Params, dense_layout, dims4, packed};
@@ -221,45 +223,56 @@ impl CuDnn {
             ConvPass::Forward => 2..=3,
             ConvPass::Data | ConvPass::Filter => 2..=2,
         };
-        // Every operand 16-byte aligned (checked first: nothing is copied for a call that is
-        // not taken; a copy made below is a new allocation, aligned).
-        let aligned = |t: &Tensor| t.handle.offset_start.unwrap_or(0).is_multiple_of(ALIGNMENT);
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
-            || inputs.iter().any(|t| t.dtype != dtype || !aligned(t))
+            || inputs.iter().any(|t| t.dtype != dtype)
             || !operands.contains(&inputs.len())
         {
-            return Ok(None);
+            return Ok(not_taken(
+                pass,
+                "a dtype cuDNN is not given, mixed dtypes or an unexpected operand count",
+                inputs,
+            ));
         }
         let Some(out) = dims4(out_shape.as_slice()) else {
-            return Ok(None);
+            return Ok(not_taken(pass, "an output that is not 4-D", inputs));
         };
         let Some(params) = Params::of(options) else {
-            return Ok(None);
+            return Ok(not_taken(pass, "options out of cuDNN's range", inputs));
         };
+        let dims = |t: &Tensor| dims4(t.meta.shape().as_slice());
+        // The sizes first (nothing is copied for a call that is not taken), then the operands
+        // as cuDNN reads them, copied where their layout or alignment does not do.
         // The operands in binding order (the call's two inputs), the layouts of x and y, the
         // filter's dimensions and the bias.
         let (a, b, x, y, w, bias) = match pass {
             ConvPass::Forward => {
                 let (x, w) = (&inputs[0], &inputs[1]);
-                let (Some(w_dims), Some(x_dims)) =
-                    (packed_nchw(w), dims4(x.meta.shape().as_slice()))
-                else {
-                    return Ok(None);
+                let (Some(x_dims), Some(w_dims)) = (dims(x), dims(w)) else {
+                    return Ok(not_taken(
+                        pass,
+                        "an input or weight that is not 4-D",
+                        inputs,
+                    ));
                 };
                 let bias = inputs.get(2);
-                let bias_fits = bias.is_none_or(|b| {
-                    b.meta.shape().as_slice() == [out[1] as usize]
-                        && (out[1] == 1 || b.meta.strides()[0] == 1)
-                });
-                if !bias_fits || params.output(x_dims, w_dims) != Some(out) {
-                    return Ok(None);
+                if bias.is_some_and(|b| b.meta.shape().as_slice() != [out[1] as usize])
+                    || params.output(x_dims, w_dims) != Some(out)
+                {
+                    return Ok(not_taken(
+                        pass,
+                        "a bias that is not one value per output channel, or an output size \
+                         that disagrees",
+                        inputs,
+                    ));
                 }
-                let Some((x, x_layout)) = activation(x) else {
-                    return Ok(None);
-                };
+                let (x, x_layout) = activation(x);
+                let bias = bias.map(|b| {
+                    let fits = aligned(b) && (out[1] == 1 || b.meta.strides()[0] == 1);
+                    if fits { b.clone() } else { copy(b) }
+                });
                 (
                     x,
-                    w.clone(),
+                    packed_weight(w),
                     x_layout,
                     (out, packed(out, false)),
                     w_dims,
@@ -268,19 +281,23 @@ impl CuDnn {
             }
             ConvPass::Data => {
                 let (w, dy) = (&inputs[0], &inputs[1]);
-                let (Some(w_dims), Some(dy_dims)) =
-                    (packed_nchw(w), dims4(dy.meta.shape().as_slice()))
-                else {
-                    return Ok(None);
+                let (Some(w_dims), Some(dy_dims)) = (dims(w), dims(dy)) else {
+                    return Ok(not_taken(
+                        pass,
+                        "a weight or output gradient that is not 4-D",
+                        inputs,
+                    ));
                 };
                 if params.output(out, w_dims) != Some(dy_dims) {
-                    return Ok(None);
+                    return Ok(not_taken(
+                        pass,
+                        "an input size that disagrees with the output gradient",
+                        inputs,
+                    ));
                 }
-                let Some((dy, dy_layout)) = activation(dy) else {
-                    return Ok(None);
-                };
+                let (dy, dy_layout) = activation(dy);
                 (
-                    w.clone(),
+                    packed_weight(w),
                     dy,
                     (out, packed(out, false)),
                     dy_layout,
@@ -290,19 +307,21 @@ impl CuDnn {
             }
             ConvPass::Filter => {
                 let (x, dy) = (&inputs[0], &inputs[1]);
-                let (Some(x_dims), Some(dy_dims)) = (
-                    dims4(x.meta.shape().as_slice()),
-                    dims4(dy.meta.shape().as_slice()),
-                ) else {
-                    return Ok(None);
+                let (Some(x_dims), Some(dy_dims)) = (dims(x), dims(dy)) else {
+                    return Ok(not_taken(
+                        pass,
+                        "an input or output gradient that is not 4-D",
+                        inputs,
+                    ));
                 };
                 if params.output(x_dims, out) != Some(dy_dims) {
-                    return Ok(None);
+                    return Ok(not_taken(
+                        pass,
+                        "a weight size that disagrees with the output gradient",
+                        inputs,
+                    ));
                 }
-                let (Some((x, x_layout)), Some((dy, dy_layout))) = (activation(x), activation(dy))
-                else {
-                    return Ok(None);
-                };
+                let ((x, x_layout), (dy, dy_layout)) = (activation(x), activation(dy));
                 (x, dy, x_layout, dy_layout, out, None)
             }
         };
@@ -324,7 +343,11 @@ impl CuDnn {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let state = &mut *state;
             if state.refused.contains(&key) {
-                return Ok(None);
+                return Ok(not_taken(
+                    pass,
+                    "cuDNN refused this call shape before",
+                    inputs,
+                ));
             }
             // A prepared call implies its device's handle exists.
             if !state.calls.contains_key(&key) {
@@ -332,7 +355,11 @@ impl CuDnn {
                 // before a recording prepared what it runs): this convolution runs on the
                 // inner backend.
                 if cubecl_cuda::capture::active() {
-                    return Ok(None);
+                    return Ok(not_taken(
+                        pass,
+                        "a call shape met for the first time while a graph is captured",
+                        inputs,
+                    ));
                 }
                 // Once per call shape: on the device thread, where the context is current.
                 let existing = state.handles.get(&key.device).cloned();
@@ -424,26 +451,79 @@ impl CuDnn {
     }
 }
 
+/// A convolution pass not taken (the caller runs it on the inner backend): why, with the
+/// operands it read, at debug level under `burn_compile::output_code` (what `explain` users
+/// and the GPU tests look at when fewer passes than expected are library calls).
+fn not_taken(pass: ConvPass, why: &str, inputs: &[Tensor]) -> Option<Tensor> {
+    if tracing::enabled!(target: "burn_compile::output_code", tracing::Level::DEBUG) {
+        let operands: Vec<String> = inputs
+            .iter()
+            .map(|t| {
+                format!(
+                    "{:?} {:?} strides {:?} at byte {}",
+                    t.dtype,
+                    t.meta.shape().as_slice(),
+                    &t.meta.strides()[..],
+                    t.handle.offset_start.unwrap_or(0)
+                )
+            })
+            .collect();
+        tracing::debug!(
+            target: "burn_compile::output_code",
+            "cuDNN does not take this conv2d ({pass:?}): {why}; operands {}",
+            operands.join(", ")
+        );
+    }
+    None
+}
+
 /// The layout of `t` if it is dense in NCHW or NHWC order ([`dense_layout`]).
 fn dense(t: &Tensor) -> Option<Layout> {
     dense_layout(t.meta.shape().as_slice(), t.meta.strides())
 }
 
-/// The filter dimensions of `w` if it is packed NCHW (cuDNN's filter descriptors take no
-/// strides).
-fn packed_nchw(w: &Tensor) -> Option<[i32; 4]> {
-    let (dims, strides) = dense(w)?;
-    (strides == packed(dims, false)).then_some(dims)
+/// Whether `t` starts 16-byte aligned, as every prepared call assumes.
+fn aligned(t: &Tensor) -> bool {
+    t.handle.offset_start.unwrap_or(0).is_multiple_of(ALIGNMENT)
+}
+
+/// A contiguous copy of `t`: a new allocation, so aligned. (Burn's own CUDA tensors are
+/// pitched: rows padded to an aligned length, so a 3×3 filter or a 12-wide image is not dense.)
+fn copy(t: &Tensor) -> Tensor {
+    let copy = burn_cubecl::cubecl::std::tensor::into_contiguous(
+        &t.client,
+        t.clone().binding(),
+        t.dtype.into(),
+    );
+    CubeTensor::new(
+        t.client.clone(),
+        copy.handle,
+        *copy.metadata,
+        t.device.clone(),
+        t.dtype,
+    )
+}
+
+/// The weight as cuDNN's filter descriptors take it (no strides: packed NCHW), copied when it
+/// is not, or not aligned. Its dimensions were checked 4-D.
+fn packed_weight(w: &Tensor) -> Tensor {
+    let packed_nchw = dense(w).is_some_and(|(dims, strides)| strides == packed(dims, false));
+    if packed_nchw && aligned(w) {
+        w.clone()
+    } else {
+        copy(w)
+    }
 }
 
 /// An activation (x or the output gradient) as cuDNN reads it: itself when dense in NCHW or
-/// NHWC order, else a contiguous copy.
-fn activation(t: &Tensor) -> Option<(Tensor, Layout)> {
-    match dense(t) {
-        Some(layout) => Some((t.clone(), layout)),
+/// NHWC order and aligned, else a contiguous copy (NCHW). Its dimensions were checked 4-D.
+fn activation(t: &Tensor) -> (Tensor, Layout) {
+    match dense(t).filter(|_| aligned(t)) {
+        Some(layout) => (t.clone(), layout),
         None => {
-            let copy = burn_cubecl::kernel::into_contiguous(t.clone());
-            dense(&copy).map(|layout| (copy, layout))
+            let copy = copy(t);
+            let dims = dims4(copy.meta.shape().as_slice()).expect("checked 4-D");
+            (copy, (dims, packed(dims, false)))
         }
     }
 }
@@ -567,9 +647,11 @@ fn types(
     use sys::cudnnDataType_t::*;
     use sys::cudnnMathType_t::*;
     match dtype {
-        // TF32 tensor cores allowed, as Burn's f32 matmul on CUDA uses them (cuDNN's default
-        // math on f32; `CUDNN_FMA_MATH` would forbid them).
-        DType::F32 => (CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH),
+        // Full f32, no TF32 tensor cores (`CUDNN_FMA_MATH`): Burn's own f32 convolutions use
+        // TF32 only in the kernels its autotune picks on some shapes, so TF32 here made a
+        // training run part from eager's (train_digits on an H100, 2026-12-06: the second
+        // step's loss 0.8 % apart after one Adam step).
+        DType::F32 => (CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_FMA_MATH),
         DType::F16 => (CUDNN_DATA_HALF, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH),
         DType::BF16 => (CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH),
         DType::F64 => (CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE, CUDNN_DEFAULT_MATH),
@@ -760,6 +842,11 @@ fn prepare(handle: &DnnHandle, key: &ConvKey) -> Result<Conv, String> {
         let (Some(algo), Some(math)) = (algo(key.pass, p.algo), math_type(p.math_type)) else {
             continue;
         };
+        // f32 stays f32 (see `types`): an algorithm the heuristic assumed tensor cores for is
+        // not taken.
+        if key.dtype == DType::F32 && math != sys::cudnnMathType_t::CUDNN_FMA_MATH {
+            continue;
+        }
         // The math the heuristic assumed for this algorithm; then its workspace, as the call
         // will need it (an error here is one more refusal: the next candidate is tried).
         // SAFETY: the descriptors are alive and describe this call.
