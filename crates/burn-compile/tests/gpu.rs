@@ -868,6 +868,48 @@ fn gpu_gradients_through_fused_residual_epilogues_match_eager() {
     }
 }
 
+/// A head tied to an embedding (`h @ Eᵀ`, GPT-2's): autodiff computes E's gradient per batch
+/// entry and sums it over the batch; on CUDA that is one library call over the batch folded
+/// into its reduction.
+#[test]
+fn gpu_a_tied_heads_gradient_summed_over_the_batch_is_one_library_matmul_and_matches_eager() {
+    if !adapter_available() {
+        return;
+    }
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(d: &[TensorData; 3]) -> Vec<TensorData> {
+        let device = Default::default();
+        let h = Tensor::<B, 3>::from_data(d[0].clone(), &device).require_grad();
+        let e = Tensor::<B, 2>::from_data(d[1].clone(), &device).require_grad();
+        let r = Tensor::<B, 3>::from_data(d[2].clone(), &device);
+        let logits = h.clone().matmul(e.clone().transpose().unsqueeze::<3>());
+        let g = (logits * r).sum().backward();
+        vec![
+            e.grad(&g).unwrap().into_data(),
+            h.grad(&g).unwrap().into_data(),
+        ]
+    }
+    let d = [
+        support::float_data(&[4, 24, 32], 521, -1.0, 1.0),
+        support::float_data(&[40, 32], 522, -0.5, 0.5),
+        support::float_data(&[4, 24, 40], 523, -1.0, 1.0),
+    ];
+    let (got, report) = explain(|| grads::<Autodiff<C>>(&d));
+    if cfg!(feature = "cuda") {
+        let kernels: Vec<&String> = report.graphs.iter().flat_map(|g| &g.kernels).collect();
+        assert!(
+            kernels
+                .iter()
+                .any(|k| k.as_str() == "library matmul: matmul, batch sum folded into k, F32"),
+            "E's gradient is one call: {report}"
+        );
+    }
+    let want = grads::<Autodiff<Eager>>(&d);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        println!("checking gradient {i}");
+        g.assert_approx_eq::<f32>(w, tol());
+    }
+}
+
 /// A linear layer's bias gradient and the gradients of a layer norm's γ and β (broadcast
 /// along batch and sequence, summed back by Burn's autodiff one dimension at a time) run as
 /// column sums: one kernel for the bias, one for each of γ's and β's chains of two sums.
@@ -1666,9 +1708,10 @@ mod cudnn {
     use burn_compile::Mode;
 
     fn cudnn_on(mode: Mode) -> MutexGuard<'static, ()> {
-        // cuDNN's load failure and refusals, shown with a failing test's output.
+        // cuDNN's load failure, refusals and the passes it does not take (debug: with their
+        // operands), shown with a failing test's output.
         let _ = tracing_subscriber::fmt()
-            .with_env_filter("burn_compile::output_code=warn,burn_compile::recordings=info")
+            .with_env_filter("burn_compile::output_code=debug,burn_compile::recordings=info")
             .with_test_writer()
             .try_init();
         let guard = default_config_lock();
@@ -1783,10 +1826,13 @@ mod cudnn {
 
     /// bf16 on both sides, each layer's output rounded to 8 bits of mantissa (where the two
     /// accumulation orders round apart, one bf16 ULP, ~0.8 %, carried through the next layers):
-    /// 1e-1 relative (about 12 bf16 ULPs, the CPU kernels' bf16 tolerance) and 2e-2 absolute
-    /// for values near zero. A wrong layout, group or bias is off by O(1).
+    /// 1e-1 relative (about 12 bf16 ULPs, the CPU kernels' bf16 tolerance) and 4e-2 absolute
+    /// for values near zero: a weight gradient sums 72 products of such activations and
+    /// gradients, O(1) each, that cancel to O(0.01) (on an H100, 2 of the fourth layer's 1,152
+    /// weight gradients were 2.0e-2 and 2.3e-2 apart). A wrong layout, group or bias is off by
+    /// O(1).
     fn bf16_tol() -> Tolerance<f32> {
-        Tolerance::relative(1e-1).set_absolute(2e-2)
+        Tolerance::relative(1e-1).set_absolute(4e-2)
     }
 
     fn check(dtype: DType, tol: Tolerance<f32>) {
