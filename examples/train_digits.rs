@@ -72,12 +72,13 @@ struct Digit {
     label: u8,
 }
 
-/// The images of `examples/data/digits.csv.gz`, in file order.
+/// The images of `examples/data/digits.csv.gz`, in file order. The file (57 kB) is part of
+/// the binary: a release build runs from anywhere, a GPU machine without the checkout too.
 fn digits() -> Result<Vec<Digit>, String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/digits.csv.gz");
-    let file = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    const GZ: &[u8] = include_bytes!("data/digits.csv.gz");
+    let path = "examples/data/digits.csv.gz";
     let mut text = String::new();
-    flate2::read::GzDecoder::new(file)
+    flate2::read::GzDecoder::new(GZ)
         .read_to_string(&mut text)
         .map_err(|e| format!("{path}: {e}"))?;
     text.lines()
@@ -447,8 +448,24 @@ fn main() -> ExitCode {
     ResNet::<Inner>::new(&device).visit(&mut weights);
     // The first steps, value for value: the same weights, batches and optimizer on both.
     let steps = 5;
-    let compiled = first_steps::<Ad<Compiled<Inner>>>(&weights.0, train_items, steps, &device);
-    let eager = first_steps::<Ad<Inner>>(&weights.0, train_items, steps, &device);
+    // On a fresh GPU machine each of these first takes a minute or more (Burn compiles and
+    // tunes its kernels): say what is running.
+    let timed = |what: &str, run: &dyn Fn() -> Vec<f64>| {
+        println!("{what}: first {steps} steps…");
+        let start = Instant::now();
+        let losses = run();
+        println!(
+            "{what}: first {steps} steps in {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        losses
+    };
+    let compiled = timed("compiled", &|| {
+        first_steps::<Ad<Compiled<Inner>>>(&weights.0, train_items, steps, &device)
+    });
+    let eager = timed("eager", &|| {
+        first_steps::<Ad<Inner>>(&weights.0, train_items, steps, &device)
+    });
     let (atol, rtol) = burn_compile::incident::tolerance(burn::tensor::DType::F32);
     println!("first {steps} training losses, compiled vs eager:");
     for (step, (c, e)) in compiled.iter().zip(&eager).enumerate() {

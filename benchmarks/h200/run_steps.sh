@@ -23,8 +23,7 @@ export CUDA_PATH=/usr/local/cuda BENCH_GPU=${BENCH_GPU:-$(nvidia-smi --query-gpu
 # CubeCL keeps its autotune results under the checkout's target/ when Burn, not Compiled,
 # configures it first (a process that runs Burn eager first): carried as target-caches.tgz.
 [ -f target-caches.tgz ] && tar xzf target-caches.tgz -C ../..
-for f in *.xz; do [ -f "$f" ] && xz -d -T0 "$f"; done
-chmod +x gpu w1_bench w2_bench w3_bench train_gpt train_digits 2>/dev/null
+for f in *.xz; do [ -f "$f" ] && xz -d -T0 "$f" && chmod +x "${f%.xz}"; done
 echo "unpacked in $(( $(date +%s)-T0 ))s"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 step() {
