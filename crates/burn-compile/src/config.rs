@@ -49,12 +49,18 @@ pub struct CompileConfig {
     /// Run 2-D convolutions (`conv2d`, and the gradients of its input and weight) as cuDNN calls
     /// on CUDA (`BURN_COMPILE_CUDNN`). cuDNN is loaded at run time the first time a convolution
     /// asks for it; where it cannot be loaded (one warning), and for what it does not take
-    /// (dtypes other than f32, f16, bf16 and f64, a weight that is not packed NCHW, a shape it
-    /// refuses), the inner backend's own convolutions run, as they do with this off and on
-    /// other backends. f32 allows TF32 tensor cores, as Burn's f32 matmul on CUDA does. Off by
-    /// default for now: not yet measured against Burn's own convolutions, and its GPU tests
-    /// have not passed yet.
+    /// (dtypes other than f32, f16, bf16 and f64, a shape it refuses), the inner backend's own
+    /// convolutions run, as they do with this off and on other backends; operands it cannot
+    /// read in place (Burn's pitched tensors: a 3×3 filter) are copied first. f32 runs in full
+    /// f32 (no TF32). Off by default until its f32 and bf16 GPU tests and `train_digits` on
+    /// CUDA pass (the reduce-overhead test does; its W3 figures are in BENCHMARKS.md).
     pub cudnn: bool,
+    /// A library matmul (CUDA) whose `m`, `n` or `k` is not a multiple of 16 bytes' worth of
+    /// elements (GPT-2's vocabulary of 50,257) runs on zero-padded copies of its operands, so
+    /// that cuBLASLt takes its vectorized kernels, and its product is copied out of the padded
+    /// result (`BURN_COMPILE_PAD_MATMUL_DIMS`); not for a batched call, one with a bias or a
+    /// fused residual. Off by default: not yet run on a GPU.
+    pub pad_matmul_dims: bool,
     /// Run attention written from parts (`softmax(q @ kᵀ / √d) @ v`, as Burn's
     /// `MultiHeadAttention` computes it without mask or dropout) as one flash-attention kernel
     /// (cubek's) where the inner backend is a CubeCL backend; a mask, dropout, another scale or
@@ -246,6 +252,7 @@ impl Default for CompileConfig {
             fusion: true,
             library_matmul: true,
             cudnn: false,
+            pad_matmul_dims: false,
             attention: true,
             attention_f32: false,
             memory_planning: true,
@@ -383,6 +390,9 @@ impl CompileConfig {
         if let Some((k, v)) = get("BURN_COMPILE_CUDNN") {
             self.cudnn = parse_bool(&k, &v)?;
         }
+        if let Some((k, v)) = get("BURN_COMPILE_PAD_MATMUL_DIMS") {
+            self.pad_matmul_dims = parse_bool(&k, &v)?;
+        }
         if let Some((k, v)) = get("BURN_COMPILE_ATTENTION") {
             self.attention = parse_bool(&k, &v)?;
         }
@@ -508,6 +518,7 @@ impl CompileConfig {
             reduce_overhead: self.mode == Mode::ReduceOverhead,
             batched_recording_copies: self.recording_copies == RecordingCopies::Batched,
             cudnn: self.cudnn,
+            pad_matmul_dims: self.pad_matmul_dims,
             c_compiler: self.c_compiler.clone(),
             c_flags: self.c_flags.clone(),
             cache_dir: self.kernel_cache_dir(),
@@ -634,6 +645,7 @@ mod tests {
                 ("BURN_COMPILE_CACHE_DIR", "/tmp/kernels"),
                 ("BURN_COMPILE_RECOMPILE_LIMIT", "0"),
                 ("BURN_COMPILE_CUDNN", "1"),
+                ("BURN_COMPILE_PAD_MATMUL_DIMS", "on"),
             ]))
             .unwrap();
         assert_eq!(config.c_compiler.as_deref(), Some("clang"));
@@ -651,6 +663,8 @@ mod tests {
         assert!(config.runtime().batched_recording_copies);
         assert!(config.cudnn && config.runtime().cudnn);
         assert!(!CompileConfig::default().cudnn);
+        assert!(config.pad_matmul_dims && config.runtime().pad_matmul_dims);
+        assert!(!CompileConfig::default().pad_matmul_dims);
         assert_eq!(
             CompileConfig::default().recording_copies,
             RecordingCopies::Each

@@ -910,6 +910,56 @@ fn gpu_a_tied_heads_gradient_summed_over_the_batch_is_one_library_matmul_and_mat
     }
 }
 
+/// With `pad_matmul_dims`, products whose dimensions are off the vector (37, 50 and 21
+/// elements; a tied head's vocabulary) run on zero-padded copies of their operands: values and
+/// gradients match eager, and the default config comes back after.
+#[test]
+fn gpu_products_on_zero_padded_operands_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(d: &[TensorData; 4]) -> Vec<TensorData> {
+        let device = Default::default();
+        let x = Tensor::<B, 3>::from_data(d[0].clone(), &device).require_grad();
+        let w = Tensor::<B, 2>::from_data(d[1].clone(), &device).require_grad();
+        let e = Tensor::<B, 2>::from_data(d[2].clone(), &device).require_grad();
+        let r = Tensor::<B, 3>::from_data(d[3].clone(), &device);
+        // [4, 24, 37] @ [37, 50], then a head tied to e [21, 50].
+        let h = x.clone().matmul(w.clone().unsqueeze::<3>()).tanh();
+        let logits = h.matmul(e.clone().transpose().unsqueeze::<3>());
+        let g = (logits.clone() * r).sum().backward();
+        vec![
+            logits.into_data(),
+            x.grad(&g).unwrap().into_data(),
+            w.grad(&g).unwrap().into_data(),
+            e.grad(&g).unwrap().into_data(),
+        ]
+    }
+    let d = [
+        support::float_data(&[4, 24, 37], 531, -1.0, 1.0),
+        support::float_data(&[37, 50], 532, -0.3, 0.3),
+        support::float_data(&[21, 50], 533, -0.5, 0.5),
+        support::float_data(&[4, 24, 21], 534, -1.0, 1.0),
+    ];
+    let got = {
+        let _config = default_config_lock();
+        let device = burn::tensor::Device::<Eager>::default();
+        let padded = CompileConfig {
+            pad_matmul_dims: true,
+            ..suite_config()
+        };
+        configure(&device, padded);
+        let got = grads::<Autodiff<C>>(&d);
+        configure(&device, suite_config());
+        got
+    };
+    let want = grads::<Autodiff<Eager>>(&d);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        println!("checking {i}");
+        g.assert_approx_eq::<f32>(w, tol());
+    }
+}
+
 /// A linear layer's bias gradient and the gradients of a layer norm's γ and β (broadcast
 /// along batch and sequence, summed back by Burn's autodiff one dimension at a time) run as
 /// column sums: one kernel for the bias, one for each of γ's and β's chains of two sums.

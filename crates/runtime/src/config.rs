@@ -26,6 +26,9 @@ pub struct RuntimeConfig {
     /// cuDNN calls where the target has cuDNN (CUDA, with the library loadable); else, and for
     /// what cuDNN does not take, the inner backend's own convolutions.
     pub cudnn: bool,
+    /// A library matmul with a dimension that is not a multiple of the vector runs on
+    /// zero-padded copies of its operands (`Gemm::padded`), where the target has one (CUDA).
+    pub pad_matmul_dims: bool,
     /// The CPU target's C compiler (else the first of `cc`, `gcc`, `clang` found).
     pub c_compiler: Option<String>,
     /// Flags for that compiler (else the target's own).
@@ -49,6 +52,7 @@ impl Default for RuntimeConfig {
             reduce_overhead: false,
             batched_recording_copies: false,
             cudnn: false,
+            pad_matmul_dims: false,
             c_compiler: None,
             c_flags: None,
             cache_dir: default_cache_dir(),

@@ -561,6 +561,61 @@ fn a_batch_sum_folds_into_k_where_the_lhs_batch_and_reduction_are_one_stride() {
     );
 }
 
+#[test]
+fn a_product_with_a_dimension_off_the_vector_is_padded_in_every_dimension() {
+    // GPT-2's tied head: logits [8 · 1024, 50,257] = h [8192, 768] @ Eᵀ (E [50,257, 768]).
+    let logits = gemm(
+        MatmulKind::Matmul,
+        &[&[8, 1024, 768], &[1, 768, 50257]],
+        &[&[786432, 768, 1], &[38597376, 1, 768]],
+        &[8, 1024, 50257],
+    )
+    .expect("the shared Eᵀ folds the batch into rows");
+    assert_eq!((logits.m, logits.n, logits.k), (50257, 8192, 768));
+    // bf16: vectors of 8 elements.
+    let p = logits.padded(8).expect("m = 50,257 is off the vector");
+    assert_eq!((p.m, p.n, p.k, p.batch), (50264, 8192, 768, 1));
+    // Eᵀ read transposed: E's 50,257 rows of 768, padded to 50,264 rows.
+    assert_eq!(p.a, operand(1, true, 768, 50264, 768, 0));
+    assert_eq!(p.b, operand(0, false, 768, 8192, 768, 0));
+    // The head's input gradient: dlogits [8192, 50,257] @ E, k = 50,257.
+    let dx = gemm(
+        MatmulKind::Matmul,
+        &[&[8, 1024, 50257], &[1, 50257, 768]],
+        &[&[51463168, 50257, 1], &[38597376, 768, 1]],
+        &[8, 1024, 768],
+    )
+    .expect("dx");
+    let p = dx.padded(8).expect("k = 50,257");
+    assert_eq!((p.m, p.n, p.k), (768, 8192, 50264));
+    assert_eq!(p.b, operand(0, false, 50264, 8192, 50264, 0));
+    // Nothing to pad, a batch or a bias: no padded call.
+    let aligned = gemm(
+        MatmulKind::Matmul,
+        &[&[64, 32], &[32, 16]],
+        &[&[32, 1], &[16, 1]],
+        &[64, 16],
+    )
+    .expect("aligned");
+    assert_eq!(aligned.padded(8), None);
+    let batched = gemm(
+        MatmulKind::Matmul,
+        &[&[2, 4, 8, 15], &[2, 4, 15, 8]],
+        &[&[480, 120, 15, 1], &[480, 120, 8, 1]],
+        &[2, 4, 8, 8],
+    )
+    .expect("batched");
+    assert_eq!(batched.padded(8), None);
+    let biased = gemm(
+        MatmulKind::Linear,
+        &[&[4, 15], &[15, 8], &[8]],
+        &[&[15, 1], &[8, 1], &[1]],
+        &[4, 8],
+    )
+    .expect("linear");
+    assert_eq!(biased.padded(8), None);
+}
+
 /// A named product: (what, kind, epilogue, input shapes, input strides, output shape).
 type Case = (
     &'static str,

@@ -19,7 +19,7 @@ use burn_cubecl::cubecl::cuda::CudaRuntime;
 use burn_cubecl::cubecl::prelude::CubeCount;
 use burn_cubecl::cubecl::server::{Handle as Buffer, KernelArguments};
 use burn_cubecl::tensor::CubeTensor;
-use burn_std::Shape;
+use burn_std::{Metadata, Shape, Strides};
 use cubecl_cuda::external::ExternalTask;
 use cudarc::cublaslt::{result, sys};
 use rustc_hash::FxHashMap;
@@ -126,6 +126,7 @@ impl CuBlasLt {
         epilogue: MatmulEpilogue<'_, Tensor>,
         out_shape: &Shape,
         into: Option<&Tensor>,
+        pad_dims: bool,
     ) -> Result<Option<Tensor>, String> {
         if inputs.iter().any(|t| t.dtype != group.dtype) {
             return Ok(None);
@@ -179,6 +180,44 @@ impl CuBlasLt {
         if !inputs.iter().chain(epilogue.residual).all(aligned) {
             return Ok(None);
         }
+        // A dimension off the vector (GPT-2's 50,257 logits) leaves cuBLASLt only kernels that
+        // read one element at a time; with `pad_dims` the call runs on zero-padded copies of
+        // its operands into a padded D, whose product part is then copied out (`Gemm::padded`).
+        let vector = (ALIGNMENT as usize / group.dtype.size()) as u64;
+        let padded = (pad_dims && epilogue.residual.is_none() && g.a.input != g.b.input)
+            .then(|| g.padded(vector))
+            .flatten();
+        let padded_inputs: Vec<Tensor>;
+        let (g, inputs, padded_d) = match padded {
+            Some(mut p) => {
+                padded_inputs = crate::profile::part("library matmul", "padding", || {
+                    inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| {
+                            match [(g.a, p.a), (g.b, p.b)]
+                                .into_iter()
+                                .find(|(o, _)| o.input == i)
+                            {
+                                Some((o, padded)) => pad_operand(t, o, padded),
+                                None => t.clone(),
+                            }
+                        })
+                        .collect()
+                });
+                // Each operand's leading dimension: its copy's row pitch.
+                p.a.ld = padded_inputs[p.a.input].meta.strides()[0] as i64;
+                p.b.ld = padded_inputs[p.b.input].meta.strides()[0] as i64;
+                let d = burn_cubecl::ops::numeric::empty_device_contiguous_dtype(
+                    inputs[0].client.clone(),
+                    inputs[0].device.clone(),
+                    Shape::from(vec![p.n as usize, p.m as usize]),
+                    group.dtype,
+                );
+                (p, &padded_inputs[..], Some((d, g)))
+            }
+            None => (g, inputs, None),
+        };
         let first = &inputs[0];
         let client = first.client.clone();
         let key = CallKey {
@@ -229,9 +268,10 @@ impl CuBlasLt {
         // The output: in the memory plan's slot, or reserved by the server inside the call's
         // own task (one device-thread task per matmul, not two) — a handle no client has seen,
         // bound before the bindings are resolved.
-        let (out, fresh) = match into {
-            Some(slot) => (super::in_slot(slot, out_shape.clone(), group.dtype), None),
-            None => {
+        let (out, fresh) = match (&padded_d, into) {
+            (Some((d, _)), _) => (d.clone(), None),
+            (None, Some(slot)) => (super::in_slot(slot, out_shape.clone(), group.dtype), None),
+            (None, None) => {
                 let bytes = (out_shape.num_elements() * group.dtype.size()) as u64;
                 let reserved = bytes
                     .next_multiple_of(ALIGNMENT as u64)
@@ -283,8 +323,83 @@ impl CuBlasLt {
                 KernelArguments::new().with_buffers(buffers),
             )
         });
-        Ok(Some(out))
+        let Some((d, unpadded)) = padded_d else {
+            return Ok(Some(out));
+        };
+        // The product: the first `n` rows of `m` of the padded D (row-major `[n_pad, m_pad]`),
+        // read as the output's shape (its rows fold: one padded row apart), copied contiguous
+        // into the plan's slot or a new buffer.
+        let rank = out_shape.num_dims();
+        let mut strides = vec![1; rank];
+        if rank > 1 {
+            strides[rank - 2] = g.m as usize;
+            for i in (0..rank - 2).rev() {
+                strides[i] = strides[i + 1] * out_shape[i + 1];
+            }
+        }
+        debug_assert_eq!(
+            out_shape.num_elements() as u64,
+            unpadded.m * unpadded.n,
+            "the output holds the unpadded product"
+        );
+        let view = CubeTensor::new(
+            client.clone(),
+            d.handle.clone(),
+            Metadata::new(out_shape.clone(), Strides::from(strides)),
+            first.device.clone(),
+            group.dtype,
+        );
+        Ok(Some(crate::profile::part(
+            "library matmul",
+            "padding",
+            || match into {
+                Some(slot) => {
+                    let out = super::in_slot(slot, out_shape.clone(), group.dtype);
+                    burn_cubecl::cubecl::std::tensor::copy_into(
+                        &client,
+                        view.binding(),
+                        out.clone().binding(),
+                        group.dtype.into(),
+                    );
+                    out
+                }
+                None => burn_cubecl::kernel::into_contiguous(view),
+            },
+        )))
     }
+}
+
+/// A zero-filled copy of operand `o` of `t` (its memory: `o.cols` rows of `o.rows` elements,
+/// `o.ld` apart) as `padded.cols` rows of `padded.rows` (the copy's row pitch is its leading
+/// dimension).
+fn pad_operand(t: &Tensor, o: GemmOperand, padded: GemmOperand) -> Tensor {
+    let zeros = burn_cubecl::ops::numeric::zeros_client(
+        t.client.clone(),
+        t.device.clone(),
+        Shape::from(vec![padded.cols as usize, padded.rows as usize]),
+        t.dtype,
+    );
+    let view = |handle: &Buffer, ld: usize| {
+        CubeTensor::new(
+            t.client.clone(),
+            handle.clone(),
+            Metadata::new(
+                Shape::from(vec![o.cols as usize, o.rows as usize]),
+                Strides::from(vec![ld, 1]),
+            ),
+            t.device.clone(),
+            t.dtype,
+        )
+    };
+    let from = view(&t.handle, o.ld as usize);
+    let into = view(&zeros.handle, zeros.meta.strides()[0]);
+    burn_cubecl::cubecl::std::tensor::copy_into(
+        &t.client,
+        from.binding(),
+        into.binding(),
+        t.dtype.into(),
+    );
+    zeros
 }
 
 /// What a call's pointers hold beyond A, B, D and the workspace, and its α and β.

@@ -275,6 +275,7 @@ mod cuda {
     use burn_cubecl::cubecl::cuda::CudaRuntime;
     use burn_cubecl::tensor::CubeTensor;
     use std::any::{Any, TypeId};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, OnceLock};
 
     type Tensor = CubeTensor<CudaRuntime>;
@@ -286,6 +287,8 @@ mod cuda {
         /// cuBLASLt, or `None` (warned once) when its library cannot be loaded: the inner
         /// backend's matmul (cubek) runs instead.
         blas: Option<&'static CuBlasLt>,
+        /// `RuntimeConfig::pad_matmul_dims`, as last configured.
+        pad_matmul_dims: AtomicBool,
     }
 
     /// cuBLASLt for the process, loaded once.
@@ -334,6 +337,7 @@ mod cuda {
                 <CudaRuntime as burn_cubecl::cubecl::Runtime>::client(device),
             ),
             blas: blas(),
+            pad_matmul_dims: AtomicBool::new(false),
         });
         // `T` is `CubeTensor<CudaRuntime>`: the downcast is the identity.
         let any: Box<dyn Any> = Box::new(target);
@@ -341,6 +345,11 @@ mod cuda {
     }
 
     impl KernelTarget<Tensor> for CudaTarget {
+        fn configure(&self, config: &crate::RuntimeConfig) {
+            self.pad_matmul_dims
+                .store(config.pad_matmul_dims, Ordering::Relaxed);
+        }
+
         fn lower(&self, work: Lowering<'_>) -> bool {
             match work {
                 Lowering::Matmul(group) => self.blas.is_some() && CuBlasLt::accepts(group),
@@ -376,7 +385,14 @@ mod cuda {
                     },
                     Some(blas),
                 ) => Ok(blas
-                    .matmul(group, inputs, epilogue, out_shape, into)?
+                    .matmul(
+                        group,
+                        inputs,
+                        epilogue,
+                        out_shape,
+                        into,
+                        self.pad_matmul_dims.load(Ordering::Relaxed),
+                    )?
                     .map(|out| vec![out])),
                 (Work::Matmul { .. }, None) => Ok(None),
                 (

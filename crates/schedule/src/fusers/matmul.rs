@@ -595,6 +595,39 @@ fn product(
     })
 }
 
+impl Gemm {
+    /// The same product over its dimensions padded with zeros to multiples of `vector`
+    /// elements (16 bytes' worth), where one of `m`, `n` or `k` is not one: cuBLASLt's
+    /// vectorized kernels need each matrix's contiguous dimension to be such a multiple (GPT-2's
+    /// 50,257 logits leave it only kernels that read one element at a time). Each operand is
+    /// then a zero-filled copy of `cols` rows of `rows` elements (its leading dimension, the
+    /// copy's row pitch, is set when the copy is made); `D` is `m × n` of the padded sizes,
+    /// whose first `n` rows of `m` are the product. `None` where nothing needs padding, or for
+    /// a batched call or one with a bias (a padded bias would be one more copy).
+    pub fn padded(&self, vector: u64) -> Option<Gemm> {
+        let pad = |d: u64| d.next_multiple_of(vector);
+        let aligned = [self.m, self.n, self.k].iter().all(|d| d % vector == 0);
+        if aligned || vector <= 1 || self.batch != 1 || self.bias.is_some() {
+            return None;
+        }
+        let operand = |o: GemmOperand| GemmOperand {
+            rows: pad(o.rows),
+            cols: pad(o.cols),
+            ld: pad(o.rows) as i64,
+            batch_stride: 0,
+            ..o
+        };
+        Some(Gemm {
+            m: pad(self.m),
+            n: pad(self.n),
+            k: pad(self.k),
+            a: operand(self.a),
+            b: operand(self.b),
+            ..*self
+        })
+    }
+}
+
 impl std::fmt::Display for GemmOperand {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
