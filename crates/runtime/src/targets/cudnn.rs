@@ -649,8 +649,8 @@ fn types(
     match dtype {
         // Full f32, no TF32 tensor cores (`CUDNN_FMA_MATH`): Burn's own f32 convolutions use
         // TF32 only in the kernels its autotune picks on some shapes, so TF32 here made a
-        // training run part from eager's (train_digits on an H100, 2026-12-06: the second
-        // step's loss 0.8 % apart after one Adam step).
+        // training run part from eager's beyond f32's tolerance (`train_digits` on CUDA,
+        // BENCHMARKS.md).
         DType::F32 => (CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_FMA_MATH),
         DType::F16 => (CUDNN_DATA_HALF, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH),
         DType::BF16 => (CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH),
