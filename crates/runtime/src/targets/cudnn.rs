@@ -240,9 +240,8 @@ impl CuDnn {
             return Ok(not_taken(pass, "options out of cuDNN's range", inputs));
         };
         let dims = |t: &Tensor| dims4(t.meta.shape().as_slice());
-        // The sizes first (nothing is copied for a call that is not taken), then the operands
-        // as cuDNN reads them, copied where their layout or alignment does not do.
-        // The operands in binding order (the call's two inputs), the layouts of x and y, the
+        // The sizes first, then the operands as cuDNN reads them (copied, once the call is
+        // taken, where their layout or alignment does not do). The operands in binding order (the call's two inputs), the layouts of x and y, the
         // filter's dimensions and the bias.
         let (a, b, x, y, w, bias) = match pass {
             ConvPass::Forward => {
@@ -266,10 +265,7 @@ impl CuDnn {
                     ));
                 }
                 let (x, x_layout) = activation(x);
-                let bias = bias.map(|b| {
-                    let fits = aligned(b) && (out[1] == 1 || b.meta.strides()[0] == 1);
-                    if fits { b.clone() } else { copy(b) }
-                });
+                let bias = bias.map(|b| bias_operand(b, out[1] as u32));
                 (
                     x,
                     packed_weight(w),
@@ -405,6 +401,7 @@ impl CuDnn {
             }
             (state.handles[&key.device].clone(), conv, slot.0.clone())
         };
+        let (a, b, bias) = (a.read(), b.read(), bias.map(Operand::read));
 
         // The output: reserved by the server inside the call's own task — a handle no client
         // has seen, bound before the bindings are resolved.
@@ -504,27 +501,66 @@ fn copy(t: &Tensor) -> Tensor {
     )
 }
 
-/// The weight as cuDNN's filter descriptors take it (no strides: packed NCHW), copied when it
-/// is not, or not aligned. Its dimensions were checked 4-D.
-fn packed_weight(w: &Tensor) -> Tensor {
-    let packed_nchw = dense(w).is_some_and(|(dims, strides)| strides == packed(dims, false));
-    if packed_nchw && aligned(w) {
-        w.clone()
-    } else {
-        copy(w)
+/// An operand as cuDNN will read it: the tensor itself, or a contiguous copy of it made only
+/// once the call is taken (a call not taken, refused or met first during a capture copies
+/// nothing).
+struct Operand<'a> {
+    tensor: &'a Tensor,
+    copied: bool,
+}
+
+impl Operand<'_> {
+    fn read(self) -> Tensor {
+        if self.copied {
+            copy(self.tensor)
+        } else {
+            self.tensor.clone()
+        }
     }
 }
 
-/// An activation (x or the output gradient) as cuDNN reads it: itself when dense in NCHW or
-/// NHWC order and aligned, else a contiguous copy (NCHW). Its dimensions were checked 4-D.
-fn activation(t: &Tensor) -> (Tensor, Layout) {
+/// The weight as cuDNN's filter descriptors take it (no strides: packed NCHW), copied when it
+/// is not, or not aligned. Its dimensions were checked 4-D.
+fn packed_weight(w: &Tensor) -> Operand<'_> {
+    let packed_nchw = dense(w).is_some_and(|(dims, strides)| strides == packed(dims, false));
+    Operand {
+        tensor: w,
+        copied: !(packed_nchw && aligned(w)),
+    }
+}
+
+/// An activation (x or the output gradient) as cuDNN reads it, with its layout: itself when
+/// dense in NCHW or NHWC order and aligned, else a contiguous copy (NCHW). Its dimensions were
+/// checked 4-D.
+fn activation(t: &Tensor) -> (Operand<'_>, Layout) {
     match dense(t).filter(|_| aligned(t)) {
-        Some(layout) => (t.clone(), layout),
+        Some(layout) => (
+            Operand {
+                tensor: t,
+                copied: false,
+            },
+            layout,
+        ),
         None => {
-            let copy = copy(t);
-            let dims = dims4(copy.meta.shape().as_slice()).expect("checked 4-D");
-            (copy, (dims, packed(dims, false)))
+            let dims = dims4(t.meta.shape().as_slice()).expect("checked 4-D");
+            (
+                Operand {
+                    tensor: t,
+                    copied: true,
+                },
+                (dims, packed(dims, false)),
+            )
         }
+    }
+}
+
+/// The bias (one value per output channel) as cuDNN reads it: itself when aligned and unit
+/// strided, else a copy.
+fn bias_operand(b: &Tensor, channels: u32) -> Operand<'_> {
+    let fits = aligned(b) && (channels == 1 || b.meta.strides()[0] == 1);
+    Operand {
+        tensor: b,
+        copied: !fits,
     }
 }
 

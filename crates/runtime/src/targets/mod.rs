@@ -294,31 +294,40 @@ mod cuda {
     /// cuBLASLt for the process, loaded once.
     fn blas() -> Option<&'static CuBlasLt> {
         static BLAS: OnceLock<Option<CuBlasLt>> = OnceLock::new();
-        BLAS.get_or_init(|| match CuBlasLt::load() {
-            Ok(blas) => Some(blas),
-            Err(e) => {
-                tracing::warn!(
-                    target: "burn_compile::output_code",
-                    "burn-compile: cuBLASLt cannot be loaded ({e}); matmuls run on the inner \
-                     backend's own kernels (cubek)"
-                );
-                None
-            }
-        })
-        .as_ref()
+        library(
+            &BLAS,
+            CuBlasLt::load,
+            "cuBLASLt",
+            "matmuls run on the inner backend's own kernels (cubek)",
+        )
     }
 
     /// cuDNN for the process, loaded the first time a convolution asks for it (only when
     /// `CompileConfig::cudnn` is on: a process that does not use it neither loads it nor warns).
     fn dnn() -> Option<&'static CuDnn> {
         static DNN: OnceLock<Option<CuDnn>> = OnceLock::new();
-        DNN.get_or_init(|| match CuDnn::load() {
-            Ok(dnn) => Some(dnn),
+        library(
+            &DNN,
+            CuDnn::load,
+            "cuDNN",
+            "convolutions run on the inner backend's own kernels",
+        )
+    }
+
+    /// A vendor library loaded once per process; a library that cannot be loaded is said once,
+    /// with what runs instead.
+    fn library<L>(
+        cell: &'static OnceLock<Option<L>>,
+        load: fn() -> Result<L, String>,
+        name: &str,
+        instead: &str,
+    ) -> Option<&'static L> {
+        cell.get_or_init(|| match load() {
+            Ok(library) => Some(library),
             Err(e) => {
                 tracing::warn!(
                     target: "burn_compile::output_code",
-                    "burn-compile: cuDNN cannot be loaded ({e}); convolutions run on the inner \
-                     backend's own kernels"
+                    "burn-compile: {name} cannot be loaded ({e}); {instead}"
                 );
                 None
             }
