@@ -128,6 +128,9 @@ where
 }
 
 fn main() -> ExitCode {
+    // `BURN_COMPILE_LOGS=graphs`: each new plan's launches and the ops it leaves to the inner
+    // backend.
+    burn_compile::init_logs();
     let o = match BenchOptions::parse_or_usage(
         SYSTEMS,
         "w2_bench [--dtypes f32|bf16] [--iters N] [--warmup N] [--small] [--out FILE] \

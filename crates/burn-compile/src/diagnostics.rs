@@ -71,6 +71,10 @@ pub struct GraphRecord {
     /// Its plan's executable, one line per launch, when diagnostics are on
     /// (`burn_compile_runtime::Executable`).
     pub executable: Option<String>,
+    /// The ops its plan runs on the inner backend's own kernels, by name with their counts
+    /// (most frequent first), when diagnostics are on or the `graphs` log shows a new plan:
+    /// what no fuser or library call took.
+    pub eager_ops: Vec<(String, usize)>,
     /// The generated kernels built for this graph when it first ran (the CPU target's C unit),
     /// filled in by `explain` once the region's graphs have run; `None` where nothing was built
     /// (GPU targets compile each kernel at its first launch, inside the runtime).
@@ -247,6 +251,16 @@ pub(crate) fn report(record: GraphRecord, owner: ThreadId, own_thread: bool) {
             "compiled graph {} ({} ops, {} dead) in {:?}",
             record.key, record.ops, record.dead, record.compile_time
         );
+        if !record.eager_ops.is_empty() {
+            tracing::debug!(
+                target: "burn_compile::graphs",
+                "graph {}: {} launches, {} on the inner backend: {}",
+                record.key,
+                record.launches,
+                record.eager_ops.iter().map(|(_, n)| n).sum::<usize>(),
+                crate::explain::counted(&record.eager_ops)
+            );
+        }
         if let Some(listing) = &record.listing {
             tracing::debug!(target: "burn_compile::graphs", "graph {}:\n{listing}", record.key);
         }

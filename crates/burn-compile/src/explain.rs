@@ -44,6 +44,10 @@ pub struct Explanation {
     pub recompiles: usize,
     /// Graphs that ran eagerly because their family is past `recompile_limit`.
     pub past_recompile_limit: usize,
+    /// The ops the graphs' plans run on the inner backend's own kernels, by name with their
+    /// counts over all graphs, most frequent first: where fusion stopped (each graph's are its
+    /// record's `eager_ops`).
+    pub eager_ops: Vec<(String, usize)>,
 }
 
 impl Explanation {
@@ -73,9 +77,31 @@ impl Explanation {
             cache_misses: graphs.iter().filter(|g| !g.cache_hit).count(),
             recompiles: graphs.iter().filter(|g| g.recompile.is_some()).count(),
             past_recompile_limit: graphs.iter().filter(|g| g.past_recompile_limit).count(),
+            eager_ops: summed(graphs.iter().flat_map(|g| &g.eager_ops)),
             graphs,
         }
     }
+}
+
+/// Counts by name summed, most frequent first (then by name).
+fn summed<'a>(counts: impl Iterator<Item = &'a (String, usize)>) -> Vec<(String, usize)> {
+    let mut sums: std::collections::BTreeMap<&str, usize> = Default::default();
+    for (name, n) in counts {
+        *sums.entry(name).or_default() += n;
+    }
+    let mut sums: Vec<(String, usize)> =
+        sums.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
+    sums.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    sums
+}
+
+/// `name ×n, …`: counts by name, as `explain` and the `graphs` log print them.
+pub(crate) fn counted(counts: &[(String, usize)]) -> String {
+    counts
+        .iter()
+        .map(|(name, n)| format!("{name} ×{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl fmt::Display for Explanation {
@@ -148,6 +174,9 @@ impl fmt::Display for Explanation {
                     format!("compiled in {:?}", g.compile_time)
                 },
             )?;
+            if !g.eager_ops.is_empty() {
+                writeln!(f, "  on the inner backend: {}", counted(&g.eager_ops))?;
+            }
             if let Some(changes) = &g.recompile {
                 writeln!(f, "  recompiled: {changes}")?;
             }

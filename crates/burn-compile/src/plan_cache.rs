@@ -288,6 +288,10 @@ impl PlanCache {
             Found::Eager(plan) => (plan, true, Duration::ZERO, None, true),
         };
         let listing = diagnostics.then(|| op_listing(ops));
+        // The `graphs` log names a new plan's eager ops even without diagnostics.
+        let logged =
+            !cache_hit && tracing::enabled!(target: "burn_compile::graphs", tracing::Level::DEBUG);
+        let executable = (diagnostics || logged).then(|| Executable::lower(&plan, ops));
         let record = GraphRecord {
             key,
             ops: plan.ops as usize,
@@ -330,7 +334,10 @@ impl PlanCache {
             },
             region_end: false,
             listing,
-            executable: diagnostics.then(|| Executable::lower(&plan, ops).to_string()),
+            eager_ops: executable
+                .as_ref()
+                .map_or(Vec::new(), Executable::eager_ops),
+            executable: executable.filter(|_| diagnostics).map(|e| e.to_string()),
             kernel_build: None,
             symbolic_sizes: if plan.symbolic {
                 symbolic_values(&plan, ops)

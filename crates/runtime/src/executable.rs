@@ -236,6 +236,24 @@ impl Executable {
     }
 
     /// The name of op `op`, where a launch runs it eagerly.
+    /// The ops this executable runs on the inner backend (its eager and activation launches),
+    /// by name with their counts, most frequent first (then by name): what the fusers and the
+    /// libraries left to the inner backend's own kernels.
+    pub fn eager_ops(&self) -> Vec<(String, usize)> {
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for launch in &self.launches {
+            if let Launch::Eager { op } | Launch::Activation { op, .. } = launch {
+                *counts.entry(self.op_name(*op)).or_default() += 1;
+            }
+        }
+        let mut ops: Vec<(String, usize)> = counts
+            .into_iter()
+            .map(|(name, n)| (name.to_string(), n))
+            .collect();
+        ops.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        ops
+    }
+
     pub fn op_name(&self, op: u32) -> &str {
         self.names
             .iter()

@@ -357,3 +357,36 @@ fn explain_prints_the_executable() {
         "explain: x.matmul(w), * 0.25, exp, + 1, matmul(w) on Compiled<Flex>"
     );
 }
+
+#[test]
+fn explain_names_the_ops_left_to_the_inner_backend() {
+    crate::own_process!(explain_names_the_ops_left_to_the_inner_backend);
+    use burn::tensor::{TensorData, backend::Backend};
+    let (x, w1, w2) = (data([3, 4], 5), data([4, 6], 6), data([4, 6], 7));
+    fn tensors<B: Backend>(ds: [&TensorData; 3]) -> [Tensor<B, 2>; 3] {
+        ds.map(|d| Tensor::from_data(d.clone(), &Default::default()))
+    }
+    fn run<B: Backend>([x, w1, w2]: [Tensor<B, 2>; 3]) -> TensorData {
+        ((x.clone().matmul(w1) + x.matmul(w2)) * 2.0).into_data()
+    }
+    let inputs = tensors::<C>([&x, &w1, &w2]);
+    burn_compile::mark_step();
+    let (out, report) = explain(|| run(inputs));
+    // The CPU target has no library matmul: both products run on Flex; the sum and the scaling
+    // are one generated kernel.
+    let [(name, 2)] = report.eager_ops.as_slice() else {
+        panic!("two products on the inner backend, nothing else:\n{report}");
+    };
+    assert!(name.contains("Matmul"), "{report}");
+    assert_eq!(report.graphs[0].eager_ops, report.eager_ops, "{report}");
+    assert_eq!(report.fused_kernels, 1, "{report}");
+    let text = report.to_string();
+    assert!(
+        text.contains(&format!("on the inner backend: {name} ×2")),
+        "{text}"
+    );
+    out.assert_approx_eq::<f32>(
+        &run(tensors::<Flex>([&x, &w1, &w2])),
+        burn::tensor::Tolerance::rel_abs(1e-5, 1e-6),
+    );
+}
