@@ -97,9 +97,49 @@ pub(crate) fn dense_layout(shape: &[usize], strides: &[usize]) -> Option<Layout>
     })
 }
 
+/// Whether a layout keeps its channels innermost (NHWC order), not also NCHW (one channel, or
+/// one pixel, reads the same in both).
+pub(crate) fn channels_last((dims, strides): Layout) -> bool {
+    // A dimension of size 1 may have any stride (it multiplies no index).
+    let fits = |p: [i32; 4]| (0..4).all(|i| dims[i] == 1 || strides[i] == p[i]);
+    fits(packed(dims, true)) && !fits(packed(dims, false))
+}
+
+/// For a filter gradient, which of x and dy to read as a packed NCHW copy (`(x, dy)`) so that
+/// both are in one order: cuDNN has no filter-gradient algorithm for an NHWC x (burn-cubecl's
+/// convolutions return such views) with an NCHW dy — every algorithm "not supported" on W3's
+/// 1×1 convolutions (BENCHMARKS.md) — and the converse is not assumed to fare better.
+pub(crate) fn filter_copies(x: Layout, dy: Layout) -> (bool, bool) {
+    match (channels_last(x), channels_last(dy)) {
+        (true, false) => (true, false),
+        (false, true) => (false, true),
+        _ => (false, false),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filter_gradient_reads_x_and_dy_in_one_order() {
+        // W3's refused call: x an NHWC view of [64, 64, 56, 56], dy packed NCHW.
+        let dims = [64, 64, 56, 56];
+        let (nchw, nhwc) = ((dims, packed(dims, false)), (dims, packed(dims, true)));
+        assert_eq!(nhwc.1, [200704, 1, 3584, 64]);
+        assert!(channels_last(nhwc) && !channels_last(nchw));
+        assert_eq!(filter_copies(nhwc, nchw), (true, false));
+        assert_eq!(filter_copies(nchw, nhwc), (false, true));
+        assert_eq!(filter_copies(nchw, nchw), (false, false));
+        assert_eq!(filter_copies(nhwc, nhwc), (false, false));
+        // One channel: NHWC and NCHW are the same strides, nothing to copy.
+        let one = [64, 1, 8, 8];
+        assert!(!channels_last((one, packed(one, true))));
+        assert_eq!(
+            filter_copies((one, packed(one, true)), nchw),
+            (false, false)
+        );
+    }
 
     fn params(stride: usize, padding: usize, dilation: usize, groups: usize) -> Params {
         Params::of(&ConvOptions::new(

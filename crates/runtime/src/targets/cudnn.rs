@@ -29,7 +29,7 @@
 //! new contiguous NCHW tensors.
 
 use super::ConvPass;
-use super::conv_shapes::{Layout, Params, dense_layout, dims4, packed};
+use super::conv_shapes::{Layout, Params, dense_layout, dims4, filter_copies, packed};
 use burn_backend::DType;
 use burn_backend::ops::ConvOptions;
 use burn_cubecl::cubecl::cuda::CudaRuntime;
@@ -317,7 +317,13 @@ impl CuDnn {
                         inputs,
                     ));
                 }
-                let ((x, x_layout), (dy, dy_layout)) = (activation(x), activation(dy));
+                let (mut x_read, mut dy_read) = (activation(x), activation(dy));
+                match filter_copies(x_read.1, dy_read.1) {
+                    (true, _) => x_read = nchw_copy(x),
+                    (_, true) => dy_read = nchw_copy(dy),
+                    _ => {}
+                }
+                let ((x, x_layout), (dy, dy_layout)) = (x_read, dy_read);
                 (x, dy, x_layout, dy_layout, out, None)
             }
         };
@@ -541,17 +547,20 @@ fn activation(t: &Tensor) -> (Operand<'_>, Layout) {
             },
             layout,
         ),
-        None => {
-            let dims = dims4(t.meta.shape().as_slice()).expect("checked 4-D");
-            (
-                Operand {
-                    tensor: t,
-                    copied: true,
-                },
-                (dims, packed(dims, false)),
-            )
-        }
+        None => nchw_copy(t),
     }
+}
+
+/// An activation read as a packed NCHW copy, with that layout. Its dimensions were checked 4-D.
+fn nchw_copy(t: &Tensor) -> (Operand<'_>, Layout) {
+    let dims = dims4(t.meta.shape().as_slice()).expect("checked 4-D");
+    (
+        Operand {
+            tensor: t,
+            copied: true,
+        },
+        (dims, packed(dims, false)),
+    )
 }
 
 /// The bias (one value per output channel) as cuDNN reads it: itself when aligned and unit
