@@ -52,7 +52,7 @@ impl Default for RuntimeConfig {
             reduce_overhead: false,
             batched_recording_copies: false,
             cudnn: false,
-            pad_matmul_dims: false,
+            pad_matmul_dims: true,
             c_compiler: None,
             c_flags: None,
             cache_dir: default_cache_dir(),
