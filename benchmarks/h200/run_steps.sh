@@ -2,8 +2,9 @@
 # Runs named steps on the GPU machine within one call's budget, each bounded by a watchdog that
 # takes cuda-gdb (else gdb) backtraces of a step still running at its limit, and carries the
 # disk cache (XDG_CACHE_HOME: PTX, autotune results) from one call to the next through
-# $OUT/xdg.tgz, and CubeCL's caches under the checkout's target/ through
-# $OUT/target-caches.tgz (put both back in the carried folder). Unpacks *.xz binaries first.
+# $OUT/xdg.tgz, and CubeCL's autotune results under the checkout's target/ through
+# $OUT/target-caches.tgz (put both back in the carried folder). CubeCL's PTX cache under
+# target/cuda is left behind: reading a carried one of 158 MB made every kernel lookup slow. Unpacks *.xz binaries first.
 # Run from a folder two levels below the checkout's root (bench-out/carry).
 #
 #   bash run_steps.sh BUDGET_S "name:limit_s:command" ...
@@ -52,7 +53,7 @@ for s in "$@"; do
   step "$name" "$t" "$cmd"
 done
 tar czf $OUT/xdg.tgz xdg 2>/dev/null; ls -la $OUT/xdg.tgz
-caches=$(cd ../.. && ls -d target/autotune target/cuda 2>/dev/null)
+caches=$(cd ../.. && ls -d target/autotune 2>/dev/null)
 [ -n "$caches" ] && tar czf $OUT/target-caches.tgz -C ../.. $caches && ls -la $OUT/target-caches.tgz
 du -sh xdg/* ../../target/autotune 2>/dev/null
 echo "done at +$(( $(date +%s)-T0 ))s"
