@@ -77,22 +77,15 @@ impl Explanation {
             cache_misses: graphs.iter().filter(|g| !g.cache_hit).count(),
             recompiles: graphs.iter().filter(|g| g.recompile.is_some()).count(),
             past_recompile_limit: graphs.iter().filter(|g| g.past_recompile_limit).count(),
-            eager_ops: summed(graphs.iter().flat_map(|g| &g.eager_ops)),
+            eager_ops: burn_compile_runtime::executable::tally(
+                graphs
+                    .iter()
+                    .flat_map(|g| &g.eager_ops)
+                    .map(|(name, n)| (name.as_str(), *n)),
+            ),
             graphs,
         }
     }
-}
-
-/// Counts by name summed, most frequent first (then by name).
-fn summed<'a>(counts: impl Iterator<Item = &'a (String, usize)>) -> Vec<(String, usize)> {
-    let mut sums: std::collections::BTreeMap<&str, usize> = Default::default();
-    for (name, n) in counts {
-        *sums.entry(name).or_default() += n;
-    }
-    let mut sums: Vec<(String, usize)> =
-        sums.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
-    sums.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    sums
 }
 
 /// `name ×n, …`: counts by name, as `explain` and the `graphs` log print them.

@@ -236,22 +236,11 @@ impl Executable {
     }
 
     /// The name of op `op`, where a launch runs it eagerly.
-    /// The ops this executable runs on the inner backend (its eager and activation launches),
-    /// by name with their counts, most frequent first (then by name): what the fusers and the
-    /// libraries left to the inner backend's own kernels.
+    /// The ops this executable runs on the inner backend (its eager and activation launches:
+    /// those `names` holds), by name with their counts, most frequent first: what the fusers
+    /// and the libraries left to the inner backend's own kernels.
     pub fn eager_ops(&self) -> Vec<(String, usize)> {
-        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
-        for launch in &self.launches {
-            if let Launch::Eager { op } | Launch::Activation { op, .. } = launch {
-                *counts.entry(self.op_name(*op)).or_default() += 1;
-            }
-        }
-        let mut ops: Vec<(String, usize)> = counts
-            .into_iter()
-            .map(|(name, n)| (name.to_string(), n))
-            .collect();
-        ops.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        ops
+        tally(self.names.iter().map(|(_, name)| (name.as_str(), 1)))
     }
 
     pub fn op_name(&self, op: u32) -> &str {
@@ -260,6 +249,18 @@ impl Executable {
             .find(|(o, _)| *o == op)
             .map_or("op", |(_, name)| name.as_str())
     }
+}
+
+/// Counts by name summed, most frequent first, then by name.
+pub fn tally<'a>(counts: impl IntoIterator<Item = (&'a str, usize)>) -> Vec<(String, usize)> {
+    let mut sums: std::collections::BTreeMap<&str, usize> = Default::default();
+    for (name, n) in counts {
+        *sums.entry(name).or_default() += n;
+    }
+    let mut sums: Vec<(String, usize)> =
+        sums.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
+    sums.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    sums
 }
 
 impl fmt::Display for Binding {

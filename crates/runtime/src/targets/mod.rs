@@ -346,7 +346,7 @@ mod cuda {
                 <CudaRuntime as burn_cubecl::cubecl::Runtime>::client(device),
             ),
             blas: blas(),
-            pad_matmul_dims: AtomicBool::new(false),
+            pad_matmul_dims: AtomicBool::new(crate::RuntimeConfig::default().pad_matmul_dims),
         });
         // `T` is `CubeTensor<CudaRuntime>`: the downcast is the identity.
         let any: Box<dyn Any> = Box::new(target);
