@@ -1778,85 +1778,133 @@ mod cudnn {
         configure(&burn::tensor::Device::<Eager>::default(), suite_config());
     }
 
-    /// Convolution passes of one forward: 5 (each also has a data and a filter pass backward).
-    const CONVS: u64 = 5;
+    /// One convolution of a test net: its weight `[out, in / groups, kh, kw]`, stride,
+    /// padding, dilation, groups and whether it adds a bias.
+    struct Layer {
+        w: [usize; 4],
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        groups: usize,
+        bias: bool,
+    }
 
-    /// Weights `[out, in / groups, kh, kw]` of the five convolutions and the two biases.
-    const WEIGHTS: [[usize; 4]; 5] = [
-        [8, 4, 3, 3],
-        [8, 8, 3, 3],
-        [16, 8, 1, 1],
-        [16, 8, 3, 3],
-        [8, 16, 3, 3],
-    ];
+    const fn layer(w: [usize; 4], stride: usize, padding: usize, bias: bool) -> Layer {
+        Layer {
+            w,
+            stride,
+            padding,
+            dilation: 1,
+            groups: 1,
+            bias,
+        }
+    }
 
-    /// The input `[2, 4, 12, 12]`, the weights (uniform in ±√(3 / fan-in): activations stay
-    /// O(1) through the layers, so TF32's rounding stays within `tol()`'s absolute part), the
-    /// biases, and the loss's weights (scaled so that the gradients stay O(0.1)).
-    fn net_data() -> (TensorData, Vec<TensorData>, Vec<TensorData>, TensorData) {
-        let x = support::float_data(&[2, 4, 12, 12], 801, -1.0, 1.0);
-        let w = WEIGHTS
+    /// A chain of convolutions with ReLUs between: its input shape, layers and output shape.
+    struct Net {
+        input: [usize; 4],
+        layers: &'static [Layer],
+        output: [usize; 4],
+    }
+
+    /// Every kind of convolution the cuDNN route takes: a 3×3 with a bias ([2, 4, 12, 12] →
+    /// [2, 8, 12, 12]); stride 2, padding 1 (→ [2, 8, 6, 6]); a 1×1 with a bias (→ [2, 16, 6,
+    /// 6]); 2 groups; dilation 2, padding 2 (→ [2, 8, 6, 6]).
+    const KINDS: Net = Net {
+        input: [2, 4, 12, 12],
+        layers: &[
+            layer([8, 4, 3, 3], 1, 1, true),
+            layer([8, 8, 3, 3], 2, 1, false),
+            layer([16, 8, 1, 1], 1, 0, true),
+            Layer {
+                groups: 2,
+                ..layer([16, 8, 3, 3], 1, 1, false)
+            },
+            Layer {
+                dilation: 2,
+                ..layer([8, 16, 3, 3], 1, 2, false)
+            },
+        ],
+        output: [2, 8, 6, 6],
+    };
+
+    /// `train_digits`' convolutions (issue: its second loss parted from eager's with cuDNN): a
+    /// stem from one channel ([4, 1, 8, 8] → [4, 16, 8, 8]), a 1×1 shortcut from one channel,
+    /// a 3×3 at stride 2 (→ [4, 32, 4, 4]) and a 1×1 at stride 2 without padding, no biases.
+    const DIGITS: Net = Net {
+        input: [4, 1, 8, 8],
+        layers: &[
+            layer([16, 1, 3, 3], 1, 1, false),
+            layer([16, 16, 1, 1], 1, 0, false),
+            layer([32, 16, 3, 3], 2, 1, false),
+            layer([32, 32, 1, 1], 1, 0, false),
+            layer([32, 32, 1, 1], 2, 0, false),
+        ],
+        output: [4, 32, 2, 2],
+    };
+
+    /// The input, the weights (uniform in ±√(3 / fan-in): activations stay O(1) through the
+    /// layers, so TF32's rounding stays within `tol()`'s absolute part), the biases, and the
+    /// loss's weights (scaled so that the gradients stay O(0.1)).
+    fn net_data(net: &Net) -> NetData {
+        let x = support::float_data(&net.input, 801, -1.0, 1.0);
+        let w = net
+            .layers
             .iter()
             .enumerate()
-            .map(|(i, s)| {
+            .map(|(i, l)| {
+                let s = l.w;
                 let bound = (3.0 / (s[1] * s[2] * s[3]) as f32).sqrt();
-                support::float_data(s, 810 + i as u64, -bound, bound)
+                support::float_data(&s, 810 + i as u64, -bound, bound)
             })
             .collect();
-        let b = [8, 16]
+        let b = net
+            .layers
             .iter()
             .enumerate()
-            .map(|(i, &c)| support::float_data(&[c], 820 + i as u64, -0.2, 0.2))
+            .filter(|(_, l)| l.bias)
+            .map(|(i, l)| support::float_data(&[l.w[0]], 820 + i as u64, -0.2, 0.2))
             .collect();
-        let r = support::float_data(&[2, 8, 6, 6], 830, -0.1, 0.1);
+        let r = support::float_data(&net.output, 830, -0.1, 0.1);
         (x, w, b, r)
     }
 
-    /// Every kind of convolution the cuDNN route takes, ReLUs between.
+    /// `net`'s convolutions over `x`, ReLUs between.
     fn conv_net<B: Backend>(
+        net: &Net,
         x: Tensor<B, 4>,
         w: &[Tensor<B, 4>],
         b: &[Tensor<B, 1>],
     ) -> Tensor<B, 4> {
-        let options = |stride, padding, dilation, groups| {
-            ConvOptions::new([stride; 2], [padding; 2], [dilation; 2], groups)
-        };
-        // 3×3 with a bias: [2, 4, 12, 12] → [2, 8, 12, 12].
-        let h = relu(conv2d(
-            x,
-            w[0].clone(),
-            Some(b[0].clone()),
-            options(1, 1, 1, 1),
-        ));
-        // Stride 2, padding 1, no bias: → [2, 8, 6, 6].
-        let h = relu(conv2d(h, w[1].clone(), None, options(2, 1, 1, 1)));
-        // 1×1 with a bias: → [2, 16, 6, 6].
-        let h = relu(conv2d(
-            h,
-            w[2].clone(),
-            Some(b[1].clone()),
-            options(1, 0, 1, 1),
-        ));
-        // 2 groups: → [2, 16, 6, 6].
-        let h = relu(conv2d(h, w[3].clone(), None, options(1, 1, 1, 2)));
-        // Dilation 2 (padding 2 keeps the size): → [2, 8, 6, 6].
-        conv2d(h, w[4].clone(), None, options(1, 2, 2, 1))
+        let mut biases = b.iter();
+        let mut h = x;
+        for (i, (l, w)) in net.layers.iter().zip(w).enumerate() {
+            if i > 0 {
+                h = relu(h);
+            }
+            let options =
+                ConvOptions::new([l.stride; 2], [l.padding; 2], [l.dilation; 2], l.groups);
+            let bias = l.bias.then(|| biases.next().unwrap().clone());
+            h = conv2d(h, w.clone(), bias, options);
+        }
+        assert_eq!(h.dims(), net.output);
+        h
     }
 
     type NetData = (TensorData, Vec<TensorData>, Vec<TensorData>, TensorData);
 
-    fn forward<B: Backend>(d: &NetData, dtype: DType) -> TensorData {
+    fn forward<B: Backend>(net: &Net, d: &NetData, dtype: DType) -> TensorData {
         let device = Default::default();
         let t4 = |d: &TensorData| Tensor::<B, 4>::from_data(d.clone(), (&device, dtype));
         let t1 = |d: &TensorData| Tensor::<B, 1>::from_data(d.clone(), (&device, dtype));
         let w: Vec<_> = d.1.iter().map(t4).collect();
         let b: Vec<_> = d.2.iter().map(t1).collect();
-        conv_net(t4(&d.0), &w, &b).into_data()
+        conv_net(net, t4(&d.0), &w, &b).into_data()
     }
 
     /// The output, then the gradients of x, of each weight and of each bias, of
     /// `sum(net(x) · r)`.
-    fn gradients<B: AutodiffBackend>(d: &NetData, dtype: DType) -> Vec<TensorData> {
+    fn gradients<B: AutodiffBackend>(net: &Net, d: &NetData, dtype: DType) -> Vec<TensorData> {
         let device = Default::default();
         let t4 =
             |d: &TensorData| Tensor::<B, 4>::from_data(d.clone(), (&device, dtype)).require_grad();
@@ -1866,7 +1914,7 @@ mod cudnn {
         let w: Vec<_> = d.1.iter().map(t4).collect();
         let b: Vec<_> = d.2.iter().map(t1).collect();
         let r = Tensor::<B, 4>::from_data(d.3.clone(), (&device, dtype));
-        let y = conv_net(x.clone(), &w, &b);
+        let y = conv_net(net, x.clone(), &w, &b);
         let g = (y.clone() * r).sum().backward();
         let mut out = vec![y.into_data(), x.grad(&g).unwrap().into_data()];
         out.extend(w.iter().map(|w| w.grad(&g).unwrap().into_data()));
@@ -1885,20 +1933,22 @@ mod cudnn {
         Tolerance::relative(1e-1).set_absolute(4e-2)
     }
 
-    fn check(dtype: DType, tol: Tolerance<f32>) {
+    fn check(net: &Net, dtype: DType, tol: Tolerance<f32>) {
         let _config = cudnn_on(Mode::Default);
-        let d = net_data();
+        let d = net_data(net);
+        let convs = net.layers.len() as u64;
         let before = burn_compile::metrics();
-        let got = forward::<C>(&d, dtype);
+        let got = forward::<C>(net, &d, dtype);
         let forward_convs = burn_compile::metrics().since(&before).library_convs;
-        let grads = gradients::<Autodiff<C>>(&d, dtype);
+        let grads = gradients::<Autodiff<C>>(net, &d, dtype);
         let m = burn_compile::metrics().since(&before);
         default_again();
-        got.assert_approx_eq::<f32>(&forward::<Eager>(&d, dtype), tol);
-        let want = gradients::<Autodiff<Eager>>(&d, dtype);
+        got.assert_approx_eq::<f32>(&forward::<Eager>(net, &d, dtype), tol);
+        let want = gradients::<Autodiff<Eager>>(net, &d, dtype);
         // When they differ, which side is off: both against a third implementation (the
         // CPU's, f32 only).
-        let cpu = (dtype == DType::F32).then(|| gradients::<Autodiff<burn_flex::Flex>>(&d, dtype));
+        let cpu =
+            (dtype == DType::F32).then(|| gradients::<Autodiff<burn_flex::Flex>>(net, &d, dtype));
         let off = |a: &TensorData, b: &TensorData| {
             let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
             a.iter()
@@ -1920,13 +1970,13 @@ mod cudnn {
             g.assert_approx_eq::<f32>(w, tol);
         }
         assert_eq!(
-            forward_convs, CONVS,
+            forward_convs, convs,
             "every forward convolution ran as a cuDNN call: {m:?}"
         );
         // Forward again under autodiff, then each convolution's data and filter passes (x
         // requires its gradient: the first convolution's data pass runs too).
         assert!(
-            m.library_convs >= 4 * CONVS,
+            m.library_convs >= 4 * convs,
             "every convolution pass ran as a cuDNN call: {m:?}"
         );
         assert_eq!(m.kernel_fallbacks, 0, "no call failed: {m:?}");
@@ -1936,12 +1986,17 @@ mod cudnn {
     fn gpu_cudnn_convolutions_forward_and_backward_match_eager_f32() {
         // cuDNN in full f32; Burn's own f32 convolutions use TF32 in some of the kernels its
         // autotune picks: `tol()` allows TF32 on one side.
-        check(DType::F32, tol());
+        check(&KINDS, DType::F32, tol());
+    }
+
+    #[test]
+    fn gpu_cudnn_convolutions_of_train_digits_match_eager_f32() {
+        check(&DIGITS, DType::F32, tol());
     }
 
     #[test]
     fn gpu_cudnn_convolutions_forward_and_backward_match_eager_bf16() {
-        check(DType::BF16, bf16_tol());
+        check(&KINDS, DType::BF16, bf16_tol());
     }
 
     /// Reduce-overhead mode: the cuDNN calls of a plan are captured into its CUDA graph (each
@@ -1949,19 +2004,19 @@ mod cudnn {
     /// launch of the recording matches eager.
     #[test]
     fn gpu_cudnn_convolutions_are_recorded_into_a_graph_and_match_eager() {
-        let d = net_data();
-        let want = forward::<Eager>(&d, DType::F32);
+        let d = net_data(&KINDS);
+        let want = forward::<Eager>(&KINDS, &d, DType::F32);
         let _config = cudnn_on(Mode::ReduceOverhead);
         let before = burn_compile::metrics();
         for call in 0..8 {
-            let got = forward::<C>(&d, DType::F32);
+            let got = forward::<C>(&KINDS, &d, DType::F32);
             println!("call {call}");
             got.assert_approx_eq::<f32>(&want, tol());
         }
         let m = burn_compile::metrics().since(&before);
         default_again();
         assert!(
-            m.library_convs >= 3 * CONVS,
+            m.library_convs >= 3 * KINDS.layers.len() as u64,
             "the warm-up replays and the capture ran cuDNN calls: {m:?}"
         );
         assert!(m.graph_recordings >= 1, "recorded: {m:?}");

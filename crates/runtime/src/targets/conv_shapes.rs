@@ -117,9 +117,43 @@ pub(crate) fn filter_copies(x: Layout, dy: Layout) -> (bool, bool) {
     }
 }
 
+/// The passes `BURN_COMPILE_CUDNN_PASSES` leaves to cuDNN (a diagnostic: unset, all three),
+/// from a comma-separated list of `forward`, `data` and `filter`; the others run on the inner
+/// backend. With it a difference from eager is traced to one kind of pass in a few runs.
+pub(crate) fn passes_from(list: Option<&str>) -> Result<[bool; 3], String> {
+    let Some(list) = list else {
+        return Ok([true; 3]);
+    };
+    let mut taken = [false; 3];
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match name {
+            "forward" => taken[0] = true,
+            "data" => taken[1] = true,
+            "filter" => taken[2] = true,
+            other => {
+                return Err(format!(
+                    "BURN_COMPILE_CUDNN_PASSES: unknown pass `{other}` (expected a \
+                     comma-separated list of forward, data, filter)"
+                ));
+            }
+        }
+    }
+    Ok(taken)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cudnn_passes_list_names_forward_data_and_filter() {
+        assert_eq!(passes_from(None), Ok([true; 3]));
+        assert_eq!(passes_from(Some("forward")), Ok([true, false, false]));
+        assert_eq!(passes_from(Some("data, filter")), Ok([false, true, true]));
+        assert_eq!(passes_from(Some("")), Ok([false; 3]));
+        let err = passes_from(Some("forward,backward")).unwrap_err();
+        assert!(err.contains("`backward`"), "{err}");
+    }
 
     #[test]
     fn a_filter_gradient_reads_x_and_dy_in_one_order() {

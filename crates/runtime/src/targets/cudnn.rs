@@ -29,7 +29,7 @@
 //! new contiguous NCHW tensors.
 
 use super::ConvPass;
-use super::conv_shapes::{Layout, Params, dense_layout, dims4, filter_copies, packed};
+use super::conv_shapes::{Layout, Params, dense_layout, dims4, filter_copies, packed, passes_from};
 use burn_backend::DType;
 use burn_backend::ops::ConvOptions;
 use burn_cubecl::cubecl::cuda::CudaRuntime;
@@ -218,6 +218,13 @@ impl CuDnn {
         let Some(first) = inputs.first() else {
             return Ok(None);
         };
+        if !passes_taken()[pass as usize] {
+            return Ok(not_taken(
+                pass,
+                "left to the inner backend by BURN_COMPILE_CUDNN_PASSES",
+                inputs,
+            ));
+        }
         let dtype = first.dtype;
         let operands = match pass {
             ConvPass::Forward => 2..=3,
@@ -452,6 +459,19 @@ impl CuDnn {
         });
         Ok(Some(output))
     }
+}
+
+/// The passes `BURN_COMPILE_CUDNN_PASSES` gives cuDNN, read once (an unknown name: one
+/// warning, and every pass is taken).
+fn passes_taken() -> [bool; 3] {
+    static PASSES: std::sync::OnceLock<[bool; 3]> = std::sync::OnceLock::new();
+    *PASSES.get_or_init(|| {
+        let list = std::env::var("BURN_COMPILE_CUDNN_PASSES").ok();
+        passes_from(list.as_deref()).unwrap_or_else(|e| {
+            tracing::warn!(target: "burn_compile::output_code", "burn-compile: {e}; every pass runs on cuDNN");
+            [true; 3]
+        })
+    })
 }
 
 /// A convolution pass not taken (the caller runs it on the inner backend): why, with the
