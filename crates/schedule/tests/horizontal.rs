@@ -162,22 +162,21 @@ fn the_buffer_limit_splits_a_horizontal_group() {
 fn horizontal_members_never_share_a_slot_they_read_and_write() {
     let s = &[4, 8][..];
     let r = &[8, 4][..];
-    let unrelated = |id: u64| {
-        matmul(
-            t(id, &[2, 2], ReadOnly),
-            t(id + 1, &[2, 2], ReadOnly),
-            id + 2,
-        )
+    // A product of a tensor the kernel before it read ends its run (an independent one would
+    // be hoisted and the run would go on), and is no member's input or output.
+    let unrelated = |read: TensorIr, id: u64| {
+        let k = read.shape[1];
+        matmul(read, t(id + 1, &[k, 2], ReadOnly), id + 2)
     };
     let mut ops = vec![
         mul_scalar(t(1, s, ReadOnly), 3.0, 10),
         exp(t(10, s, ReadWrite), 11),
-        unrelated(60),
+        unrelated(t(1, s, ReadOnly), 60),
     ];
     ops.extend(update_of(t(11, s, ReadWrite), t(12, s, ReadOnly), 10 + 3));
-    ops.push(unrelated(70));
+    ops.push(unrelated(t(12, s, ReadOnly), 70));
     ops.extend(update(20, r));
-    ops.push(unrelated(80));
+    ops.push(unrelated(t(21, r, ReadOnly), 80));
     ops.extend([
         mul_scalar(t(24, r, ReadWrite), 5.0, 90),
         exp(t(90, r, ReadWrite), 91),

@@ -292,6 +292,61 @@ fn a_view_of_an_outside_tensor_is_hoisted_and_the_run_goes_on() {
 }
 
 #[test]
+fn an_independent_operation_inside_a_run_is_hoisted_and_the_run_goes_on() {
+    // 2 = exp(1); 12 = 10 @ 11 (reads nothing of the run); 13 = 12 @ 11; 3 = 2! + 13!;
+    // 4 = exp(3!). Autodiff interleaves independent branches so: a convolution or a product
+    // between the elementwise ops of another branch.
+    let s = &[4, 4][..];
+    let ops = vec![
+        exp(t(1, s, ReadOnly), 2),
+        matmul(t(10, s, ReadOnly), t(11, s, ReadOnly), 12),
+        matmul(t(12, s, ReadWrite), t(11, s, ReadOnly), 13),
+        add(t(2, s, ReadWrite), t(13, s, ReadWrite), 3),
+        exp(t(3, s, ReadWrite), 4),
+    ];
+    let plan = plan_of(&ops, Some(&|_| true));
+    assert_eq!(plan.fused.len(), 1, "{plan:#?}");
+    assert_eq!(plan.fused[0].ops, vec![0, 3, 4]);
+    assert_eq!(plan.fused[0].hoisted, vec![1, 2]);
+    assert_eq!(
+        plan.steps,
+        vec![
+            Step::Eager { op: 1 },
+            Step::Eager { op: 2 },
+            Step::Fused { group: 0 }
+        ],
+        "the products run first, in their order, then the kernel that reads them"
+    );
+    assert!(plan.fused[0].summary().contains("2 op(s) hoisted"));
+}
+
+#[test]
+fn an_operation_reading_what_the_run_read_is_not_hoisted() {
+    // 2 = exp(1); 3 = exp(2!); 12 = 1! @ 11 — the product is input 1's last use (the inner
+    // backend may write its result over it), so it may not run before the kernel that reads
+    // input 1: the run ends there. 4 = exp(3!) alone is no kernel.
+    let s = &[4, 4][..];
+    let ops = vec![
+        exp(t(1, s, ReadOnly), 2),
+        exp(t(2, s, ReadWrite), 3),
+        matmul(t(1, s, ReadWrite), t(11, s, ReadOnly), 12),
+        exp(t(3, s, ReadWrite), 4),
+    ];
+    let plan = plan_of(&ops, Some(&|_| true));
+    assert_eq!(plan.fused.len(), 1, "{plan:#?}");
+    assert_eq!(plan.fused[0].ops, vec![0, 1]);
+    assert!(plan.fused[0].hoisted.is_empty());
+    assert_eq!(
+        plan.steps,
+        vec![
+            Step::Fused { group: 0 },
+            Step::Eager { op: 2 },
+            Step::Eager { op: 3 }
+        ]
+    );
+}
+
+#[test]
 fn a_view_of_a_tensor_of_the_run_ends_it() {
     // 2 = exp(1); 3 = exp(2); 4 = reshape(3) — reads the run's result: not hoisted.
     let s = &[4, 8][..];

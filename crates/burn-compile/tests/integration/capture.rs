@@ -390,3 +390,38 @@ fn explain_names_the_ops_left_to_the_inner_backend() {
         burn::tensor::Tolerance::rel_abs(1e-5, 1e-6),
     );
 }
+
+/// A run of elementwise ops goes on across an operation it does not take and that reads
+/// nothing of the run (a product the CPU target leaves to Flex, as autodiff puts a
+/// convolution of another branch between a backward's elementwise ops): one generated kernel,
+/// the product run before it; values equal to eager's.
+#[test]
+fn a_run_of_elementwise_ops_crosses_an_independent_product() {
+    crate::own_process!(a_run_of_elementwise_ops_crosses_an_independent_product);
+    use burn::tensor::{TensorData, backend::Backend};
+    let (x, y, w) = (data([3, 4], 11), data([3, 4], 12), data([4, 4], 13));
+    fn tensors<B: Backend>(ds: [&TensorData; 3]) -> [Tensor<B, 2>; 3] {
+        ds.map(|d| Tensor::from_data(d.clone(), &Default::default()))
+    }
+    fn run<B: Backend>([x, y, w]: [Tensor<B, 2>; 3]) -> TensorData {
+        let a = x.exp() * 0.5;
+        let p = y.matmul(w);
+        (a + p).tanh().into_data()
+    }
+    let inputs = tensors::<C>([&x, &y, &w]);
+    burn_compile::mark_step();
+    let (out, report) = explain(|| run(inputs));
+    assert_eq!(
+        report.fused_kernels, 1,
+        "exp, × 0.5, + and tanh in one kernel:\n{report}"
+    );
+    let [(name, 1)] = report.eager_ops.as_slice() else {
+        panic!("the product alone on the inner backend:\n{report}");
+    };
+    assert!(name.contains("Matmul"), "{report}");
+    assert!(report.to_string().contains("1 op(s) hoisted"), "{report}");
+    out.assert_approx_eq::<f32>(
+        &run(tensors::<Flex>([&x, &y, &w])),
+        Tolerance::rel_abs(1e-5, 1e-6),
+    );
+}

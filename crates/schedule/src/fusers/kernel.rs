@@ -17,9 +17,14 @@
 //! - every operation of a group has the same output shape and float dtype, and each tensor input
 //!   has that dtype and the same rank, each dimension equal to the output's or 1 (broadcast);
 //! - a run of one operation is left to the inner backend's own kernel (nothing to fuse);
-//! - a view operation (reshape, swap_dims, permute, expand) inside a run that reads nothing the
-//!   run has produced or read is hoisted: it runs on the inner backend just before the kernel,
-//!   and the run goes on (Burn's layer norm reshapes γ and β between its elementwise ops).
+//! - any other live operation inside a run that reads nothing the run has produced or read is
+//!   hoisted: it runs on the inner backend just before the kernel, and the run goes on. Burn's
+//!   layer norm reshapes γ and β between its elementwise ops; autodiff interleaves the
+//!   gradients of independent branches, so a convolution, a reduction over another axis or the
+//!   reshape of a swapped view would otherwise end a run after an op or two (a ResNet's
+//!   backward). A hoisted operation keeps its order among the operations that are not fused;
+//!   it moves only ahead of the run's earlier operations, which produce nothing it reads, read
+//!   nothing it might consume in place, and have no effect but their values.
 //!
 //! Kernels refer to the graph by position (operation index, input or output position), never by
 //! tensor id, and carry no scalar values (scalars are runtime arguments, read from the recorded
@@ -57,8 +62,8 @@ pub struct FusedGroup {
     pub ops: Vec<u32>,
     /// Positions of the `Drop`s inside the run (they run after the kernel).
     pub drops: Vec<u32>,
-    /// Positions of the view operations hoisted out of the run (they run, in order, on the
-    /// inner backend just before the kernel).
+    /// Positions of the operations hoisted out of the run (they run, in order, on the inner
+    /// backend just before the kernel).
     pub hoisted: Vec<u32>,
     /// Kernel input `i` is the tensor read at `inputs[i]` (its first read in the group).
     pub inputs: Vec<Slot>,
@@ -90,7 +95,7 @@ impl FusedGroup {
         self.dynamic.iter().any(|d| *d)
     }
     /// A one-line description for `explain`: kind, iteration shape, ops fused (and which
-    /// reductions), inputs and outputs, views hoisted.
+    /// reductions), inputs and outputs, operations hoisted.
     pub fn summary(&self) -> String {
         let reductions: Vec<String> = self
             .kernel
@@ -114,7 +119,7 @@ impl FusedGroup {
         let hoisted = if self.hoisted.is_empty() {
             String::new()
         } else {
-            format!(", {} view(s) hoisted", self.hoisted.len())
+            format!(", {} op(s) hoisted", self.hoisted.len())
         };
         let shape: Vec<String> = self
             .shape
@@ -318,15 +323,6 @@ pub fn scalar_operand(op: &OperationIr) -> Option<f64> {
     Some(d.rhs.elem::<f64>())
 }
 
-/// A view operation, cheap and independent of the values it reads: hoistable out of a run.
-fn is_view(op: &OperationIr) -> bool {
-    use burn_ir::BaseOperationIr::*;
-    matches!(
-        op,
-        OperationIr::BaseFloat(Reshape(_) | SwapDims(_) | Permute(_) | Expand(_))
-    )
-}
-
 /// `input` can be read at every position of `out`'s iteration space.
 fn broadcasts_to(input: &Shape, out: &Shape) -> bool {
     input.num_dims() == out.num_dims()
@@ -399,9 +395,9 @@ pub fn fused_groups(ops: &[OperationIr], live: &[bool], max_buffers: usize) -> V
                 run.space = Some((space_of(&f), f.out.dtype));
                 run.push(op, i, &f);
             }
+            // Not part of the kernel, independent of it: runs before it.
             None if !run.ops.is_empty()
                 && live[i as usize]
-                && is_view(op)
                 && op.inputs().all(|t| !run.touched.contains(&t.id.value())) =>
             {
                 run.hoisted.push(i)
@@ -459,9 +455,9 @@ fn fit(
         return;
     }
     let mid = group.ops.len() / 2;
-    // Drops and hoisted views go with the part whose range of positions holds them: the
+    // Drops and hoisted operations go with the part whose range of positions holds them: the
     // first part's reaches up to the second's first operation (a drop there follows the
-    // first kernel; a view hoisted there reads nothing either part produces).
+    // first kernel; an operation hoisted there reads nothing either part produces).
     let split_at = group.ops[mid];
     let ranges = [(0, split_at), (split_at, u32::MAX)];
     for (part, (lo, hi)) in [&group.ops[..mid], &group.ops[mid..]]
@@ -567,7 +563,7 @@ impl Run {
         ended: &FxHashSet<u64>,
         groups: &mut Vec<FusedGroup>,
     ) {
-        // Drops and views after the last fused op stay where they are.
+        // Drops and operations after the last fused op stay where they are.
         let end = self.ops.last().copied();
         let inside = |p: &u32| end.is_some_and(|e| *p < e);
         self.drops.retain(inside);
@@ -825,8 +821,8 @@ impl super::Fuser for KernelFuser {
                     group.dynamic = dynamic;
                 }
             }
-            // Its operations, drops and hoisted views run at the group's first operation:
-            // the views, then the kernel.
+            // Its operations, drops and hoisted operations run at the group's first operation:
+            // the hoisted ones, then the kernel.
             for &i in group.ops.iter().chain(&group.drops).chain(&group.hoisted) {
                 claims.live[i as usize] = false;
                 claims.claimed[i as usize] = true;
