@@ -52,10 +52,10 @@ pub struct CompileConfig {
     /// (dtypes other than f32, f16, bf16 and f64, a shape it refuses), the inner backend's own
     /// convolutions run, as they do with this off and on other backends; operands it cannot
     /// read in place (Burn's pitched tensors: a 3×3 filter) are copied first. f32 runs in full
-    /// f32 (no TF32). Off by default: its f32 GPU test failed once in the whole suite (a first
-    /// layer's weight gradient off by up to 5e-3 where it passed alone) and `train_digits`'s
-    /// second SGD step on CUDA is 0.5 % off eager's with it; W3's figures with it are in
-    /// BENCHMARKS.md.
+    /// f32 (no TF32). Off by default until its GPU tests pass with the CPU's results judging
+    /// where it and eager differ: `train_digits` on CUDA parted from eager with it in the data
+    /// pass, where cuDNN's gradient of a one-channel input matched the CPU's and Burn's own
+    /// CUDA one did not (BENCHMARKS.md, with W3's figures).
     pub cudnn: bool,
     /// A library matmul (CUDA) whose `m`, `n` or `k` is not a multiple of 16 bytes' worth of
     /// elements (GPT-2's vocabulary of 50,257) runs on zero-padded copies of its operands, so

@@ -1943,31 +1943,58 @@ mod cudnn {
         let grads = gradients::<Autodiff<C>>(net, &d, dtype);
         let m = burn_compile::metrics().since(&before);
         default_again();
-        got.assert_approx_eq::<f32>(&forward::<Eager>(net, &d, dtype), tol);
+        let eager_forward = forward::<Eager>(net, &d, dtype);
         let want = gradients::<Autodiff<Eager>>(net, &d, dtype);
-        // When they differ, which side is off: both against a third implementation (the
-        // CPU's, f32 only).
-        let cpu =
-            (dtype == DType::F32).then(|| gradients::<Autodiff<burn_flex::Flex>>(net, &d, dtype));
+        // The judge where compiled and eager differ: the CPU's f32 results from the same
+        // data, rounded to `dtype` first. cuDNN's results must match them; eager's may not
+        // (on an H100, Burn's CUDA gradient of a one-channel input was 7.9e-2 off the CPU's,
+        // cuDNN's exact: BENCHMARKS.md), and such a difference of the inner backend's own
+        // kernels is printed, not failed.
+        let rounded = |t: &TensorData| t.clone().convert_dtype(dtype).convert::<f32>();
+        let d32 = (
+            rounded(&d.0),
+            d.1.iter().map(rounded).collect(),
+            d.2.iter().map(rounded).collect(),
+            rounded(&d.3),
+        );
+        let cpu = gradients::<Autodiff<burn_flex::Flex>>(net, &d32, DType::F32);
+        let values = |t: &TensorData| t.iter::<f32>().collect::<Vec<_>>();
         let off = |a: &TensorData, b: &TensorData| {
-            let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
-            a.iter()
-                .zip(&b)
+            values(a)
+                .iter()
+                .zip(values(b))
                 .map(|(a, b)| (a - b).abs())
                 .fold(0.0f32, f32::max)
         };
+        let agree = |a: &TensorData, b: &TensorData| {
+            a.shape == b.shape
+                && values(a)
+                    .into_iter()
+                    .zip(values(b))
+                    .all(|(a, b)| tol.approx_eq(a, b))
+        };
+        let judge = |name: &str, got: &TensorData, eager: &TensorData, cpu: &TensorData| {
+            println!(
+                "checking {name} ({dtype:?}): largest difference from the CPU's: compiled \
+                 {:.2e}, eager {:.2e}",
+                off(got, cpu),
+                off(eager, cpu)
+            );
+            assert_eq!(got.dtype, dtype, "{name}");
+            if agree(got, eager) {
+                return;
+            }
+            // They differ: the compiled result must be the CPU's.
+            println!("  {name}: compiled and eager differ; compiled against the CPU's:");
+            got.assert_approx_eq::<f32>(cpu, tol);
+            if !agree(eager, cpu) {
+                println!("  {name}: eager {dtype:?} is off the CPU's result, compiled is not");
+            }
+        };
+        judge("forward output", &got, &eager_forward, &cpu[0]);
         let names = ["output", "x", "w0", "w1", "w2", "w3", "w4", "b0", "b1"];
         for (i, ((g, w), name)) in grads.iter().zip(&want).zip(names).enumerate() {
-            println!("checking {name} ({dtype:?})");
-            if let Some(cpu) = &cpu {
-                println!(
-                    "  largest difference from the CPU's: compiled {:.2e}, eager {:.2e}",
-                    off(g, &cpu[i]),
-                    off(w, &cpu[i])
-                );
-            }
-            assert_eq!(g.dtype, dtype, "{name}");
-            g.assert_approx_eq::<f32>(w, tol);
+            judge(name, g, w, &cpu[i]);
         }
         assert_eq!(
             forward_convs, convs,
@@ -1985,7 +2012,7 @@ mod cudnn {
     #[test]
     fn gpu_cudnn_convolutions_forward_and_backward_match_eager_f32() {
         // cuDNN in full f32; Burn's own f32 convolutions use TF32 in some of the kernels its
-        // autotune picks: `tol()` allows TF32 on one side.
+        // autotune picks: `tol()` allows TF32 on one side, and the CPU judges beyond it.
         check(&KINDS, DType::F32, tol());
     }
 
