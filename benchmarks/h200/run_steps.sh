@@ -4,7 +4,8 @@
 # disk cache (XDG_CACHE_HOME: PTX, autotune results) from one call to the next through
 # $OUT/xdg.tgz, and CubeCL's autotune results under the checkout's target/ through
 # $OUT/target-caches.tgz (put both back in the carried folder). CubeCL's PTX cache under
-# target/cuda is left behind: reading a carried one of 158 MB made every kernel lookup slow. Unpacks *.xz binaries first.
+# target/cuda is left behind: reading a carried one of 158 MB made every kernel lookup slow.
+# Unpacks *.xz binaries first.
 # Run from a folder two levels below the checkout's root (bench-out/carry).
 #
 #   bash run_steps.sh BUDGET_S "name:limit_s:command" ...

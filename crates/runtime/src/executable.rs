@@ -235,7 +235,6 @@ impl Executable {
             .count()
     }
 
-    /// The name of op `op`, where a launch runs it eagerly.
     /// The ops this executable runs on the inner backend (its eager and activation launches:
     /// those `names` holds), by name with their counts, most frequent first: what the fusers
     /// and the libraries left to the inner backend's own kernels.
@@ -243,6 +242,7 @@ impl Executable {
         tally(self.names.iter().map(|(_, name)| (name.as_str(), 1)))
     }
 
+    /// The name of op `op`, where a launch runs it eagerly.
     pub fn op_name(&self, op: u32) -> &str {
         self.names
             .iter()

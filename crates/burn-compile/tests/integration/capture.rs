@@ -358,14 +358,19 @@ fn explain_prints_the_executable() {
     );
 }
 
+/// Three matrices of `B` from their data (the two tests below run one program on `Compiled`
+/// and on Flex).
+fn tensors<B: burn::tensor::backend::Backend>(
+    ds: [&burn::tensor::TensorData; 3],
+) -> [Tensor<B, 2>; 3] {
+    ds.map(|d| Tensor::from_data(d.clone(), &Default::default()))
+}
+
 #[test]
 fn explain_names_the_ops_left_to_the_inner_backend() {
     crate::own_process!(explain_names_the_ops_left_to_the_inner_backend);
     use burn::tensor::{TensorData, backend::Backend};
     let (x, w1, w2) = (data([3, 4], 5), data([4, 6], 6), data([4, 6], 7));
-    fn tensors<B: Backend>(ds: [&TensorData; 3]) -> [Tensor<B, 2>; 3] {
-        ds.map(|d| Tensor::from_data(d.clone(), &Default::default()))
-    }
     fn run<B: Backend>([x, w1, w2]: [Tensor<B, 2>; 3]) -> TensorData {
         ((x.clone().matmul(w1) + x.matmul(w2)) * 2.0).into_data()
     }
@@ -400,9 +405,6 @@ fn a_run_of_elementwise_ops_crosses_an_independent_product() {
     crate::own_process!(a_run_of_elementwise_ops_crosses_an_independent_product);
     use burn::tensor::{TensorData, backend::Backend};
     let (x, y, w) = (data([3, 4], 11), data([3, 4], 12), data([4, 4], 13));
-    fn tensors<B: Backend>(ds: [&TensorData; 3]) -> [Tensor<B, 2>; 3] {
-        ds.map(|d| Tensor::from_data(d.clone(), &Default::default()))
-    }
     fn run<B: Backend>([x, y, w]: [Tensor<B, 2>; 3]) -> TensorData {
         let a = x.exp() * 0.5;
         let p = y.matmul(w);
