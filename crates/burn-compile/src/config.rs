@@ -52,10 +52,9 @@ pub struct CompileConfig {
     /// (dtypes other than f32, f16, bf16 and f64, a shape it refuses), the inner backend's own
     /// convolutions run, as they do with this off and on other backends; operands it cannot
     /// read in place (Burn's pitched tensors: a 3×3 filter) are copied first. f32 runs in full
-    /// f32 (no TF32). Off by default until its GPU tests pass with the CPU's results judging
-    /// where it and eager differ: `train_digits` on CUDA parted from eager with it in the data
-    /// pass, where cuDNN's gradient of a one-channel input matched the CPU's and Burn's own
-    /// CUDA one did not (BENCHMARKS.md, with W3's figures).
+    /// f32 (no TF32). On by default: its GPU tests pass with the CPU's results judging where
+    /// it and eager differ (Burn's own CUDA gradient of a one-channel input is the one off),
+    /// and `train_digits` trains through it on CUDA (BENCHMARKS.md, with W3's figures).
     pub cudnn: bool,
     /// A library matmul (CUDA) whose `m`, `n` or `k` is not a multiple of 16 bytes' worth of
     /// elements (GPT-2's vocabulary of 50,257) runs on zero-padded copies of its operands, so
@@ -253,7 +252,7 @@ impl Default for CompileConfig {
             common_subexpressions: true,
             fusion: true,
             library_matmul: true,
-            cudnn: false,
+            cudnn: true,
             pad_matmul_dims: true,
             attention: true,
             attention_f32: false,
@@ -646,7 +645,7 @@ mod tests {
                 ("BURN_COMPILE_CFLAGS", "-O2"),
                 ("BURN_COMPILE_CACHE_DIR", "/tmp/kernels"),
                 ("BURN_COMPILE_RECOMPILE_LIMIT", "0"),
-                ("BURN_COMPILE_CUDNN", "1"),
+                ("BURN_COMPILE_CUDNN", "0"),
                 ("BURN_COMPILE_PAD_MATMUL_DIMS", "off"),
             ]))
             .unwrap();
@@ -663,8 +662,8 @@ mod tests {
         assert!(config.runtime().reduce_overhead);
         assert_eq!(config.recording_copies, RecordingCopies::Batched);
         assert!(config.runtime().batched_recording_copies);
-        assert!(config.cudnn && config.runtime().cudnn);
-        assert!(!CompileConfig::default().cudnn);
+        assert!(!config.cudnn && !config.runtime().cudnn);
+        assert!(CompileConfig::default().cudnn);
         assert!(!config.pad_matmul_dims && !config.runtime().pad_matmul_dims);
         assert!(CompileConfig::default().pad_matmul_dims);
         assert_eq!(

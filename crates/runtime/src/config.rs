@@ -51,7 +51,7 @@ impl Default for RuntimeConfig {
             vectorize: true,
             reduce_overhead: false,
             batched_recording_copies: false,
-            cudnn: false,
+            cudnn: true,
             pad_matmul_dims: true,
             c_compiler: None,
             c_flags: None,
