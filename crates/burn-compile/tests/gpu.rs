@@ -1015,6 +1015,95 @@ fn gpu_bias_and_layer_norm_gradients_are_column_sums_and_match_eager() {
     }
 }
 
+/// A training step through Burn's `BatchNorm` (statistics as
+/// `x.swap_dims(0, 1).reshape([C, N·H·W]).mean_dim(1)`, gradients of γ, β and the statistics
+/// summed over batch and space one dimension at a time by autodiff) runs its statistics and
+/// those gradients as column sums over `[1, N, C, H·W]`: no mean left to the inner backend, and
+/// each sum ran as a kernel. The input both contiguous and in channels-last order (the layout
+/// of Burn's convolution outputs on CUDA, read as a plain column sum). Output, running
+/// statistics and every gradient as eager's.
+#[test]
+fn gpu_batch_norm_statistics_and_gradients_are_column_sums_and_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    use burn::tensor::backend::AutodiffBackend;
+    const SHAPE: [usize; 4] = [4, 6, 5, 3];
+    fn step<B: AutodiffBackend>(d: &[TensorData; 4], channels_last: bool) -> Vec<TensorData> {
+        let device = Default::default();
+        let mut bn = burn::nn::BatchNormConfig::new(SHAPE[1]).init::<B>(&device);
+        let param = |data: &TensorData| Tensor::from_data(data.clone(), &device).require_grad();
+        bn.gamma = bn.gamma.map(|_| param(&d[1]));
+        bn.beta = bn.beta.map(|_| param(&d[2]));
+        let x = if channels_last {
+            let [n, c, h, w] = SHAPE;
+            let nhwc = d[0].clone().convert::<f32>().to_vec::<f32>().unwrap();
+            let mut data = vec![0f32; nhwc.len()];
+            for (i, v) in nhwc.into_iter().enumerate() {
+                // `d[0]` in NCHW order, stored as NHWC: the permuted tensor holds the same values.
+                let (ni, ci, hi, wi) = (i / (c * h * w), i / (h * w) % c, i / w % h, i % w);
+                data[((ni * h + hi) * w + wi) * c + ci] = v;
+            }
+            Tensor::<B, 4>::from_data(TensorData::new(data, [n, h, w, c]), &device)
+                .permute([0, 3, 1, 2])
+        } else {
+            Tensor::<B, 4>::from_data(d[0].clone(), &device)
+        }
+        .require_grad();
+        let y = bn.forward(x.clone());
+        let r = Tensor::<B, 4>::from_data(d[3].clone(), &device);
+        let g = (y.clone() * r).sum().backward();
+        vec![
+            y.into_data(),
+            bn.running_mean.value().into_data(),
+            bn.running_var.value().into_data(),
+            x.grad(&g).unwrap().into_data(),
+            bn.gamma.grad(&g).unwrap().into_data(),
+            bn.beta.grad(&g).unwrap().into_data(),
+        ]
+    }
+    let d = [
+        support::float_data(&SHAPE, 601, -1.0, 2.0),
+        support::float_data(&[SHAPE[1]], 602, 0.5, 1.5),
+        support::float_data(&[SHAPE[1]], 603, -0.5, 0.5),
+        support::float_data(&SHAPE, 604, -1.0, 1.0),
+    ];
+    let names = ["output", "running mean", "running var", "x", "γ", "β"];
+    // Sums of 60 values per channel in another order than eager's reductions: ~1e-6 relative.
+    let tol = Tolerance::relative(1e-4).set_absolute(1e-5);
+    for channels_last in [false, true] {
+        let before = burn_compile::metrics();
+        let (got, report) = explain(|| step::<Autodiff<C>>(&d, channels_last));
+        let planned: usize = report.graphs.iter().map(|g| g.column_kernels).sum();
+        let ran = burn_compile::metrics().since(&before).column_kernels;
+        println!("channels-last {channels_last}: {planned} column sums planned, {ran} ran");
+        // The mean and the variance, and the sums of the γ and β gradients.
+        assert!(
+            planned >= 4,
+            "statistics and gradients are column sums: {report}"
+        );
+        // At least: tests running beside this one launch theirs too.
+        assert!(
+            ran >= planned as u64,
+            "each ran as a kernel, not as its sums"
+        );
+        let means: Vec<_> = report
+            .eager_ops
+            .iter()
+            .filter(|(name, _)| name.contains("MeanDim"))
+            .collect();
+        assert!(
+            means.is_empty(),
+            "no mean left to the inner backend: {means:?}"
+        );
+        let want = step::<Autodiff<Eager>>(&d, channels_last);
+        for ((g, w), name) in got.iter().zip(&want).zip(names) {
+            println!("checking {name}");
+            g.assert_approx_eq::<f32>(w, tol);
+        }
+    }
+}
+
 // Attention written from parts (`softmax(q @ kᵀ / √d) @ v`, as Burn's MultiHeadAttention
 // computes it) runs as one flash-attention kernel; anything that is not the attention op's
 // semantics (another scale, a mask) keeps the parts: batched library matmuls on CUDA. The

@@ -1,15 +1,22 @@
-//! The column-sum kernel: a contiguous tensor viewed as `[outer, reduced, inner]` summed over
-//! its middle dimension into `[outer, inner]` — a bias gradient (`[rows, features]` summed
-//! over the rows), a gradient reduced over the dimensions its operand was broadcast along.
+//! The column-sum kernels: a contiguous tensor viewed as `[outer, reduced, inner, trailing]`
+//! summed over its second and fourth dimensions into `[outer, inner]`, optionally divided by a
+//! count (a mean) — a bias gradient (`[rows, features]` summed over the rows), a gradient
+//! reduced over the dimensions its operand was broadcast along, a batch norm's per-channel
+//! statistics and gradients (`[1, N, C, H·W]`).
 //!
-//! A cube takes [`COLUMN_TILE`] adjacent output columns: its units are laid out
-//! `[COLUMN_GROUPS, COLUMN_TILE]`, unit `(g, l)` summing rows `g, g + COLUMN_GROUPS, …` of
-//! column `l` (so the units of a plane read adjacent columns of a few rows: whole memory
-//! sectors), then group 0 adds the groups' partial sums in group order. Every sum is in f32,
-//! in an order fixed by the shape alone, so a replay gives the same bits every time.
-//!
+//! Without trailing dimension ([`column_sum`]), a cube takes [`COLUMN_TILE`] adjacent output
+//! columns: its units are laid out `[COLUMN_GROUPS, COLUMN_TILE]`, unit `(g, l)` summing rows
+//! `g, g + COLUMN_GROUPS, …` of column `l` (so the units of a plane read adjacent columns of a
+//! few rows: whole memory sectors), then group 0 adds the groups' partial sums in group order.
 //! The tile is narrow on purpose: a bias gradient has few columns (512 on W1) and many rows
 //! (4096), and a tile of 8 columns still gives 64 cubes there where a tile of 32 would give 16.
+//!
+//! With one ([`strided_column_sum`]), each output has a cube of [`STRIDED_UNITS`] units that
+//! walk its `reduced` runs of `trailing` adjacent elements in order (adjacent units read
+//! adjacent elements), then add their partial sums pairwise in a fixed tree.
+//!
+//! Every sum is in f32, in an order fixed by the shape alone, so a replay gives the same bits
+//! every time.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -18,14 +25,18 @@ use cubecl::server::Handle;
 pub const COLUMN_TILE: usize = 8;
 /// Units per cube along the reduced dimension.
 pub const COLUMN_GROUPS: usize = 32;
+/// Units per cube of [`strided_column_sum`] (a power of two: its partial sums add pairwise).
+pub const STRIDED_UNITS: usize = 256;
 
-/// The dimensions a column sum is specialized on: `[outer, reduced, inner]` of its contiguous
-/// input; the output is `[outer, inner]`, contiguous.
+/// The dimensions a column sum is specialized on: `[outer, reduced, inner, trailing]` of its
+/// contiguous input; the output is `[outer, inner]`, contiguous, divided by `divisor`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ColumnDims {
     pub outer: usize,
     pub reduced: usize,
     pub inner: usize,
+    pub trailing: usize,
+    pub divisor: usize,
 }
 
 impl ColumnDims {
@@ -36,13 +47,78 @@ impl ColumnDims {
 
     /// Elements of the input.
     pub fn elements(&self) -> usize {
-        self.outer * self.reduced * self.inner
+        self.outer * self.reduced * self.inner * self.trailing
+    }
+
+    /// Whether the sums run along strided runs ([`strided_column_sum`]) rather than along
+    /// columns ([`column_sum`]).
+    pub fn strided(&self) -> bool {
+        self.trailing > 1
     }
 
     /// Cubes of a launch.
     pub fn cubes(&self) -> usize {
-        self.columns().div_ceil(COLUMN_TILE).max(1)
+        if self.strided() {
+            self.columns().max(1)
+        } else {
+            self.columns().div_ceil(COLUMN_TILE).max(1)
+        }
     }
+
+    /// Units of each cube, `[x, y]`.
+    pub fn cube_dim(&self) -> [u32; 2] {
+        if self.strided() {
+            [STRIDED_UNITS as u32, 1]
+        } else {
+            [COLUMN_TILE as u32, COLUMN_GROUPS as u32]
+        }
+    }
+
+    /// The dimensions of the same sums over a tensor whose memory holds `shape` (the logical
+    /// `[outer, reduced, inner, trailing]` merged as the group's) in another order, given its
+    /// element strides: a batch norm's input in channels-last order (`[N, C, H, W]` with C
+    /// innermost in memory, what Burn's convolutions return on CUDA) is a plain column sum of
+    /// `[1, N·H·W, C, 1]`. `None` where the layout is neither.
+    pub fn for_strides(&self, shape: &[usize], strides: &[usize]) -> Option<ColumnDims> {
+        let contiguous = contiguous_strides(shape);
+        if strides_match(shape, strides, &contiguous) {
+            return Some(*self);
+        }
+        // Channels-last: the group reads `[1, N, C, S]`, and memory holds `[N, S…, C]`.
+        if self.outer != 1 || shape.len() < 2 || self.reduced != shape[0] || self.inner != shape[1]
+        {
+            return None;
+        }
+        let mut order: Vec<usize> = vec![0];
+        order.extend(2..shape.len());
+        order.push(1);
+        let permuted: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
+        let packed = contiguous_strides(&permuted);
+        let mut want = vec![0; shape.len()];
+        for (i, &d) in order.iter().enumerate() {
+            want[d] = packed[i];
+        }
+        strides_match(shape, strides, &want).then_some(ColumnDims {
+            outer: 1,
+            reduced: self.reduced * self.trailing,
+            inner: self.inner,
+            trailing: 1,
+            divisor: self.divisor,
+        })
+    }
+}
+
+fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    strides
+}
+
+/// Strides equal where they matter: a dimension of size 1 is never stepped along.
+fn strides_match(shape: &[usize], strides: &[usize], want: &[usize]) -> bool {
+    strides.len() == shape.len() && (0..shape.len()).all(|d| shape[d] == 1 || strides[d] == want[d])
 }
 
 #[cube(launch_unchecked)]
@@ -52,6 +128,7 @@ pub fn column_sum<F: Float>(
     #[comptime] reduced: usize,
     #[comptime] inner: usize,
     #[comptime] columns: usize,
+    #[comptime] divisor: usize,
 ) {
     let lane = UNIT_POS_X as usize;
     let group = UNIT_POS_Y as usize;
@@ -76,15 +153,67 @@ pub fn column_sum<F: Float>(
         for g in 0..groups {
             sum += partial[g * tile + lane];
         }
+        if comptime![divisor > 1] {
+            sum /= f32::cast_from(comptime![divisor as u32]);
+        }
         output[column] = F::cast_from(sum);
     }
 }
 
-/// Launches [`column_sum`] over `dims`: `input` a buffer of `dims.elements()` contiguous
-/// elements, `output` one of `dims.columns()`.
+/// One cube per output `(o, k)`: the sum over `r` and `t` of `input[o, r, k, t]`, the units
+/// walking the `reduced` runs of `trailing` adjacent elements in order, then adding their
+/// partial sums pairwise.
+#[cube(launch_unchecked)]
+pub fn strided_column_sum<F: Float>(
+    input: &Array<F>,
+    output: &mut Array<F>,
+    #[comptime] reduced: usize,
+    #[comptime] inner: usize,
+    #[comptime] trailing: usize,
+    #[comptime] columns: usize,
+    #[comptime] divisor: usize,
+) {
+    let unit = UNIT_POS_X as usize;
+    let units = comptime![STRIDED_UNITS];
+    let column = CUBE_POS;
+    let mut partial = SharedMemory::<f32>::new(comptime![STRIDED_UNITS]);
+    let mut total = 0f32;
+    if column < columns {
+        let base =
+            (column / inner) * comptime![reduced * inner * trailing] + (column % inner) * trailing;
+        let mut e = unit;
+        while e < comptime![reduced * trailing] {
+            let r = e / trailing;
+            let t = e % trailing;
+            total += f32::cast_from(input[base + r * comptime![inner * trailing] + t]);
+            e += units;
+        }
+    }
+    partial[unit] = total;
+    sync_cube();
+    #[unroll]
+    for level in 1..comptime![STRIDED_UNITS.trailing_zeros() as usize + 1] {
+        let half = comptime![STRIDED_UNITS >> level];
+        if unit < half {
+            partial[unit] += partial[unit + half];
+        }
+        sync_cube();
+    }
+    if unit == 0 && column < columns {
+        let mut sum = partial[0];
+        if comptime![divisor > 1] {
+            sum /= f32::cast_from(comptime![divisor as u32]);
+        }
+        output[column] = F::cast_from(sum);
+    }
+}
+
+/// Launches the column sum over `dims` ([`column_sum`], or [`strided_column_sum`] with a
+/// trailing dimension): `input` a buffer of `dims.elements()` contiguous elements, `output` one
+/// of `dims.columns()`.
 ///
 /// # Safety
-/// The buffers must hold those elements (the kernel is launched unchecked).
+/// The buffers must hold those elements (the kernels are launched unchecked).
 pub unsafe fn launch_column_sum<R: Runtime, E: Float>(
     client: &ComputeClient<R>,
     dims: ColumnDims,
@@ -96,18 +225,74 @@ pub unsafe fn launch_column_sum<R: Runtime, E: Float>(
     // linear index, and the kernel's bound check stops the cubes past the columns.
     let x = cubes.clamp(1, 65535);
     let cube_count = CubeCount::Static(x as u32, cubes.div_ceil(x) as u32, 1);
-    let cube_dim = CubeDim::new_2d(COLUMN_TILE as u32, COLUMN_GROUPS as u32);
+    let [ux, uy] = dims.cube_dim();
+    let cube_dim = CubeDim::new_2d(ux, uy);
     // SAFETY: the caller's contract; the grid covers every column.
     unsafe {
-        column_sum::launch_unchecked::<E, R>(
-            client,
-            cube_count,
-            cube_dim,
-            ArrayArg::from_raw_parts(input, dims.elements()),
-            ArrayArg::from_raw_parts(output, dims.columns()),
-            dims.reduced,
-            dims.inner,
-            dims.columns(),
+        let input = ArrayArg::from_raw_parts(input, dims.elements());
+        let output = ArrayArg::from_raw_parts(output, dims.columns());
+        if dims.strided() {
+            strided_column_sum::launch_unchecked::<E, R>(
+                client,
+                cube_count,
+                cube_dim,
+                input,
+                output,
+                dims.reduced,
+                dims.inner,
+                dims.trailing,
+                dims.columns(),
+                dims.divisor,
+            );
+        } else {
+            column_sum::launch_unchecked::<E, R>(
+                client,
+                cube_count,
+                cube_dim,
+                input,
+                output,
+                dims.reduced,
+                dims.inner,
+                dims.columns(),
+                dims.divisor,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ColumnDims;
+
+    fn dims(reduced: usize, inner: usize, trailing: usize) -> ColumnDims {
+        ColumnDims {
+            outer: 1,
+            reduced,
+            inner,
+            trailing,
+            divisor: 1,
+        }
+    }
+
+    /// A batch norm's `[2, 3, 4, 5]` read contiguous keeps its dimensions; in channels-last
+    /// order (strides of `[2, 4, 5, 3]` permuted back) it is a plain column sum over the 40
+    /// positions of each channel; any other order is refused.
+    #[test]
+    fn channels_last_inputs_are_plain_column_sums() {
+        let d = dims(2, 3, 20);
+        let shape = [2, 3, 4, 5];
+        assert_eq!(d.for_strides(&shape, &[60, 20, 5, 1]), Some(d));
+        assert_eq!(
+            d.for_strides(&shape, &[60, 1, 15, 3]),
+            Some(ColumnDims {
+                reduced: 40,
+                trailing: 1,
+                ..d
+            })
         );
+        assert_eq!(d.for_strides(&shape, &[3, 1, 30, 6]), None);
+        // A plain column sum of a transposed input is not taken either.
+        let bias = dims(4, 8, 1);
+        assert_eq!(bias.for_strides(&[4, 8], &[1, 4]), None);
     }
 }

@@ -832,20 +832,34 @@ fn define_column<Fl: Flavor, E: Float>(
     dims: ColumnDims,
 ) -> (cubecl::prelude::KernelDefinition, StorageType) {
     let client = OfflineRuntime::<Fl>::client(&StubDevice);
+    let [ux, uy] = dims.cube_dim();
     let settings = KernelSettings::default()
-        .cube_dim(CubeDim::new_2d(
-            column::COLUMN_TILE as u32,
-            column::COLUMN_GROUPS as u32,
-        ))
+        .cube_dim(CubeDim::new_2d(ux, uy))
         .address_type(AddressType::U32);
+    let array = || ArrayCompilationArg { inplace: None };
+    if dims.strided() {
+        let k = column::strided_column_sum::StridedColumnSum::<E, OfflineRuntime<Fl>>::new(
+            settings,
+            client,
+            array(),
+            array(),
+            dims.reduced,
+            dims.inner,
+            dims.trailing,
+            dims.columns(),
+            dims.divisor,
+        );
+        return (k.define(), k.address_type());
+    }
     let k = column::column_sum::ColumnSum::<E, OfflineRuntime<Fl>>::new(
         settings,
         client,
-        ArrayCompilationArg { inplace: None },
-        ArrayCompilationArg { inplace: None },
+        array(),
+        array(),
         dims.reduced,
         dims.inner,
         dims.columns(),
+        dims.divisor,
     );
     (k.define(), k.address_type())
 }

@@ -462,6 +462,8 @@ fn column_sum_bias_gradient() {
         outer: 1,
         reduced: 4096,
         inner: 512,
+        trailing: 1,
+        divisor: 1,
     };
     let description = format!("column sum over {dims:?}");
     let cuda = burn_compile_codegen::cuda_column_source(DType::BF16, dims).expect("CUDA source");
@@ -475,6 +477,35 @@ fn column_sum_bias_gradient() {
     assert_stage_snapshot!(
         "codegen",
         "column_sum_bias_gradient.wgsl",
+        wgsl,
+        description
+    );
+}
+
+/// A batch norm's statistics: the mean over batch and space of `[64, 256, 56, 56]` per
+/// channel (W3's), read as `[1, 64, 256, 3136]` — one cube per channel walking its 64 runs of
+/// 3136 adjacent elements — in bf16 on CUDA and f32 on WGSL.
+#[test]
+fn column_mean_batch_norm_statistics() {
+    let dims = burn_compile_codegen::ColumnDims {
+        outer: 1,
+        reduced: 64,
+        inner: 256,
+        trailing: 3136,
+        divisor: 64 * 3136,
+    };
+    let description = format!("strided column mean over {dims:?}");
+    let cuda = burn_compile_codegen::cuda_column_source(DType::BF16, dims).expect("CUDA source");
+    let wgsl = burn_compile_codegen::wgsl_column_source(DType::F32, dims).expect("WGSL source");
+    assert_stage_snapshot!(
+        "codegen",
+        "column_mean_batch_norm_statistics.cuda",
+        cuda,
+        description.clone()
+    );
+    assert_stage_snapshot!(
+        "codegen",
+        "column_mean_batch_norm_statistics.wgsl",
         wgsl,
         description
     );

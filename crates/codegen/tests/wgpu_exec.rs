@@ -427,23 +427,35 @@ fn horizontal_kernels_compute_each_members_own_outputs_on_wgpu() {
     run_horizontal(&client, "horizontal, vectors of 4", &vector_members, 4);
 }
 
-/// The column sum on wgpu against a host sum in f64: a bias gradient (`[1, 700, 24]`: 700 rows,
-/// not a multiple of the cube's 32 row groups; 24 columns, not of its tile of 8 … 3 cubes),
-/// a broadcast gradient with an outer dimension (`[3, 5, 37]`), one row (`[1, 1, 9]`), and
-/// more columns than 65535 cubes take (`[1, 2, 600_000]`: the grid spills into y).
+/// The column sums on wgpu against a host sum in f64: a bias gradient (`[1, 700, 24]`: 700
+/// rows, not a multiple of the cube's 32 row groups; 24 columns, not of its tile of 8 … 3
+/// cubes), a broadcast gradient with an outer dimension (`[3, 5, 37]`), one row (`[1, 1, 9]`),
+/// more columns than 65535 cubes take (`[1, 2, 600_000]`: the grid spills into y), a mean; and
+/// the strided ones, summing a trailing dimension too: with an outer dimension
+/// (`[2, 3, 5, 7]`), a batch norm's mean (`[1, 64, 6, 49]` divided by 64 · 49) and runs longer
+/// than a cube's 256 units (`[1, 3, 2, 1000]`).
 #[test]
 fn column_sums_match_a_host_sum_on_wgpu() {
     let Some(client) = client() else { return };
-    for (i, [outer, reduced, inner]) in [[1, 700, 24], [3, 5, 37], [1, 1, 9], [1, 2, 600_000]]
-        .into_iter()
-        .enumerate()
-    {
+    let cases = [
+        [1, 700, 24, 1, 1],
+        [3, 5, 37, 1, 1],
+        [1, 1, 9, 1, 1],
+        [1, 2, 600_000, 1, 1],
+        [1, 700, 24, 1, 700],
+        [2, 3, 5, 7, 1],
+        [1, 64, 6, 49, 64 * 49],
+        [1, 3, 2, 1000, 1],
+    ];
+    for (i, [outer, reduced, inner, trailing, divisor]) in cases.into_iter().enumerate() {
         let dims = burn_compile_codegen::ColumnDims {
             outer,
             reduced,
             inner,
+            trailing,
+            divisor,
         };
-        let input = contiguous(&[outer, reduced, inner], 90 + i as u64, -2.0, 2.0);
+        let input = contiguous(&[outer, reduced, inner, trailing], 90 + i as u64, -2.0, 2.0);
         let output = client.empty(dims.columns() * 4);
         unsafe {
             burn_compile_codegen::launch_column_sum::<WgpuRuntime, f32>(
@@ -458,13 +470,16 @@ fn column_sums_match_a_host_sum_on_wgpu() {
         assert_eq!(got.len(), outer * inner);
         for o in 0..outer {
             for c in 0..inner {
-                let want: f64 = (0..reduced)
-                    .map(|r| input.data[(o * reduced + r) * inner + c] as f64)
+                let sum: f64 = (0..reduced)
+                    .flat_map(|r| (0..trailing).map(move |t| (r, t)))
+                    .map(|(r, t)| input.data[((o * reduced + r) * inner + c) * trailing + t] as f64)
                     .sum();
+                let want = sum / divisor as f64;
                 let g = got[o * inner + c] as f64;
-                // f32 accumulation of up to 700 values in [-2, 2].
+                // f32 accumulation of up to 3136 values in [-2, 2].
+                let summed = (reduced * trailing) as f64;
                 assert!(
-                    (g - want).abs() <= 1e-4 + 1e-5 * reduced as f64,
+                    (g - want).abs() <= (1e-4 + 1e-5 * summed) / divisor as f64,
                     "{dims:?}: column ({o}, {c}): {g} against {want}"
                 );
             }

@@ -120,7 +120,7 @@ enum Offered {
     Kernel { inputs: usize, scalars: Vec<f64> },
     Horizontal { members: usize },
     Matmul { inputs: usize, residual: bool },
-    Column { dims: [usize; 3], input: Vec<usize> },
+    Column { dims: [usize; 4], input: Vec<usize> },
 }
 
 /// A target that takes every kernel and library matmul when the plan is lowered, records each
@@ -357,11 +357,11 @@ fn column_sums_lower_to_one_launch_each_and_fall_back_to_the_sums() {
         *target.0.lock().unwrap(),
         vec![
             Offered::Column {
-                dims: [1, 6, 4],
+                dims: [1, 6, 4, 1],
                 input: vec![2, 3, 4]
             },
             Offered::Column {
-                dims: [1, 6, 4],
+                dims: [1, 6, 4, 1],
                 input: vec![2, 3, 4]
             },
         ]

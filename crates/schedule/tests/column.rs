@@ -1,6 +1,7 @@
-//! Column sums on hand-built graphs: a bias gradient and a chain of broadcast-gradient sums
-//! each become one column-sum step; a chain stops where its result is read elsewhere, where its
-//! dimensions stop being adjacent, or where its input is freed before the last sum.
+//! Column sums on hand-built graphs: a bias gradient, a chain of broadcast-gradient sums and a
+//! batch norm's statistics each become one column-sum step; a chain stops where its result is
+//! read elsewhere, where its dimensions stop having the kernel's form, or where its input is
+//! freed before the last sum.
 
 use TensorStatus::*;
 use burn_backend::DType;
@@ -8,7 +9,9 @@ use burn_compile_schedule::{ColumnGroup, Plan, Slot, Step};
 use burn_ir::{OperationIr, TensorIr, TensorStatus};
 
 mod support;
-use support::{drop, exp, linear_bias_backward, plan, plan_with_columns, sum_dim};
+use support::{
+    drop, exp, linear_bias_backward, mean_dim, plan, plan_with_columns, reshape, sum_dim, swap_dims,
+};
 
 fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
     support::tensor(id, shape, status, DType::F32)
@@ -37,7 +40,8 @@ fn a_bias_gradient_is_one_column_sum() {
             input: Slot { op: 0, pos: 0 },
             consumed: true,
             output: Slot { op: 0, pos: 0 },
-            dims: [1, 16, 16],
+            dims: [1, 16, 16, 1],
+            divisor: 1,
             dtype: DType::F32,
         }]
     );
@@ -58,10 +62,10 @@ fn a_chain_of_broadcast_sums_is_one_column_sum() {
     let g = &plan.column[0];
     assert_eq!(
         (g.ops.clone(), g.dims, g.consumed),
-        (vec![0, 1], [1, 24, 8], false)
+        (vec![0, 1], [1, 24, 8, 1], false)
     );
     assert_eq!(g.output, Slot { op: 1, pos: 0 });
-    assert!(g.summary().contains("[1, 24, 8]"), "{}", g.summary());
+    assert!(g.summary().contains("[1, 24, 8, 1]"), "{}", g.summary());
 }
 
 /// An intermediate dropped rather than consumed by the next sum still ends inside the chain:
@@ -91,8 +95,8 @@ fn a_chain_stops_at_a_result_read_elsewhere() {
     ];
     let plan = plan_with_columns(&ops);
     assert_eq!(columns(&plan).len(), 2, "{:?}", plan.steps);
-    assert_eq!(plan.column[0].dims, [1, 4, 48]);
-    assert_eq!(plan.column[1].dims, [1, 6, 8]);
+    assert_eq!(plan.column[0].dims, [1, 4, 48, 1]);
+    assert_eq!(plan.column[1].dims, [1, 6, 8, 1]);
     assert_eq!(plan.steps[1], Step::Eager { op: 1 });
 }
 
@@ -105,8 +109,8 @@ fn sums_over_dimensions_apart_are_separate_column_sums() {
         sum_dim(t(2, &[1, 3, 4, 5], ReadWrite), 2, 3),
     ];
     let plan = plan_with_columns(&ops);
-    let dims: Vec<[usize; 3]> = plan.column.iter().map(|g| g.dims).collect();
-    assert_eq!(dims, vec![[1, 2, 60], [3, 4, 5]]);
+    let dims: Vec<[usize; 4]> = plan.column.iter().map(|g| g.dims).collect();
+    assert_eq!(dims, vec![[1, 2, 60, 1], [3, 4, 5, 1]]);
 }
 
 /// The kernel reads the first sum's input at the last sum: an operation between them that
@@ -153,4 +157,94 @@ fn the_step_runs_at_the_last_sum() {
         plan.steps,
         vec![Step::Eager { op: 1 }, Step::Column { group: 0 }]
     );
+}
+
+/// Burn's autodiff sums a batch norm's γ gradient (γ broadcast as `[1, C, 1, 1]` against
+/// `[N, C, H, W]`) over 0, then 2, then 3: after the first two the summed dimensions are not
+/// of the kernel's form (C lies between them, W after), after the third they are — one kernel
+/// over `[1, N, C, H·W]`, nothing left to the inner backend.
+#[test]
+fn a_batch_norm_gradient_summed_over_batch_and_space_is_one_column_sum() {
+    let ops = vec![
+        sum_dim(t(1, &[2, 3, 4, 5], ReadWrite), 0, 2),
+        sum_dim(t(2, &[1, 3, 4, 5], ReadWrite), 2, 3),
+        sum_dim(t(3, &[1, 3, 1, 5], ReadWrite), 3, 4),
+    ];
+    let plan = plan_with_columns(&ops);
+    assert_eq!(plan.steps, vec![Step::Column { group: 0 }]);
+    let g = &plan.column[0];
+    assert_eq!(
+        (g.ops.clone(), g.dims, g.divisor, g.consumed),
+        (vec![0, 1, 2], [1, 2, 3, 20], 1, true)
+    );
+    assert_eq!(g.output, Slot { op: 2, pos: 0 });
+}
+
+/// A chain whose last sums never reach the kernel's form is cut after its longest prefix that
+/// does: the sums over 0 and 2 of `[2, 3, 4, 5]` without the one over 3 are a column sum over 0
+/// and a second group for the sum over 2 (as before the chain was extended).
+#[test]
+fn a_chain_is_cut_after_its_longest_prefix_of_the_kernels_form() {
+    let ops = vec![
+        sum_dim(t(1, &[2, 3, 4, 5], ReadWrite), 0, 2),
+        sum_dim(t(2, &[1, 3, 4, 5], ReadWrite), 2, 3),
+        exp(t(3, &[1, 3, 1, 5], ReadWrite), 4),
+    ];
+    let plan = plan_with_columns(&ops);
+    let groups: Vec<(Vec<u32>, [usize; 4])> = plan
+        .column
+        .iter()
+        .map(|g| (g.ops.clone(), g.dims))
+        .collect();
+    assert_eq!(
+        groups,
+        vec![(vec![0], [1, 2, 60, 1]), (vec![1], [3, 4, 5, 1])]
+    );
+}
+
+/// Burn's batch norm: `x.swap_dims(0, 1).reshape([C, N·H·W]).mean_dim(1)`. The swapped view,
+/// its reshape (a copy on the inner backend) and the mean are one kernel reading `x` as
+/// `[1, N, C, H·W]` and dividing by `N·H·W`; `x` is still read after, so it is not freed.
+#[test]
+fn a_mean_over_a_swapped_and_reshaped_view_is_one_column_mean() {
+    let ops = vec![
+        swap_dims(t(1, &[2, 3, 4, 5], ReadOnly), 0, 1, 2),
+        reshape(t(2, &[3, 2, 4, 5], ReadWrite), &[3, 40], 3),
+        mean_dim(t(3, &[3, 40], ReadWrite), 1, 4),
+        exp(t(1, &[2, 3, 4, 5], ReadWrite), 5),
+    ];
+    let plan = plan_with_columns(&ops);
+    assert_eq!(
+        plan.steps,
+        vec![Step::Column { group: 0 }, Step::Eager { op: 3 }]
+    );
+    let g = &plan.column[0];
+    assert_eq!(
+        (g.ops.clone(), g.dims, g.divisor, g.consumed),
+        (vec![0, 1, 2], [1, 2, 3, 20], 40, false)
+    );
+    assert_eq!(
+        (g.input, g.output),
+        (Slot { op: 0, pos: 0 }, Slot { op: 2, pos: 0 })
+    );
+    assert!(g.summary().starts_with("column mean"), "{}", g.summary());
+}
+
+/// The swapped view read by something else besides the reshape, or a reshape to another shape,
+/// is not a batch norm's statistic: nothing is taken (the view must exist).
+#[test]
+fn a_swapped_view_read_elsewhere_or_reshaped_otherwise_is_not_taken() {
+    let shared = vec![
+        swap_dims(t(1, &[2, 3, 4, 5], ReadWrite), 0, 1, 2),
+        reshape(t(2, &[3, 2, 4, 5], ReadOnly), &[3, 40], 3),
+        mean_dim(t(3, &[3, 40], ReadWrite), 1, 4),
+        exp(t(2, &[3, 2, 4, 5], ReadWrite), 5),
+    ];
+    assert!(plan_with_columns(&shared).column.is_empty());
+    let other = vec![
+        swap_dims(t(1, &[2, 3, 4, 5], ReadWrite), 0, 1, 2),
+        reshape(t(2, &[3, 2, 4, 5], ReadWrite), &[6, 20], 3),
+        mean_dim(t(3, &[6, 20], ReadWrite), 1, 4),
+    ];
+    assert!(plan_with_columns(&other).column.is_empty());
 }

@@ -1050,28 +1050,33 @@ mod cube {
         }
 
         /// The column sum of `group` over `input` into a new tensor of `out_shape`; `None` when
-        /// `input` is not contiguous (the kernel reads it as `[outer, reduced, inner]`).
+        /// `input` is neither contiguous (the kernel reads it as `[outer, reduced, inner,
+        /// trailing]`) nor, for a batch norm's sums, in channels-last order.
         pub(super) fn column_sum(
             &self,
             group: &ColumnGroup,
             input: &CubeTensor<R>,
             out_shape: &Shape,
         ) -> Result<Option<CubeTensor<R>>, String> {
-            let [outer, reduced, inner] = group.dims;
+            let [outer, reduced, inner, trailing] = group.dims;
             let dims = ColumnDims {
                 outer,
                 reduced,
                 inner,
+                trailing,
+                divisor: group.divisor,
             };
             if input.qparams.is_some()
                 || input.dtype != group.dtype
                 || !self.dtypes.contains(&input.dtype)
-                || !input.is_contiguous()
                 || input.meta.shape().num_elements() != dims.elements()
                 || out_shape.num_elements() != dims.columns()
             {
                 return Ok(None);
             }
+            let Some(dims) = dims.for_strides(input.meta.shape(), input.meta.strides()) else {
+                return Ok(None);
+            };
             let out = empty_device_contiguous_dtype(
                 input.client.clone(),
                 input.device.clone(),
@@ -1082,8 +1087,8 @@ mod cube {
             // CubeCL compiles a kernel at its first launch and panics when the compiler refuses
             // it: reported to the caller, which runs the sums.
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                // SAFETY: `input` is contiguous with `dims.elements()` elements (checked above)
-                // and `out` was allocated with `dims.columns()`.
+                // SAFETY: `input`'s memory holds `dims.elements()` elements in the order `dims`
+                // reads them (checked above) and `out` was allocated with `dims.columns()`.
                 unsafe {
                     match input.dtype {
                         DType::F32 | DType::Flex32 => {

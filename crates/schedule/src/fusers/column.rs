@@ -6,33 +6,51 @@
 //! gradient `[rows, features]` summed over the rows) and the gradient of every operand that was
 //! broadcast in the forward pass, which Burn's autodiff sums one broadcast dimension at a time
 //! (a layer norm's γ and β of `[1, 1, d]` against `[batch, seq, d]`: `sum_dim(0)` then
-//! `sum_dim(1)`). A chain of such sums, each the only reader of the previous one's result,
-//! over dimensions that are adjacent once the size-1 ones are left out, is one sum over those
-//! dimensions: one kernel, and the partial results never reach memory.
+//! `sum_dim(1)`). A chain of such sums, each the only reader of the previous one's result, is
+//! one sum over all their dimensions: one kernel, and the partial results never reach memory.
 //!
-//! The step sits at the chain's last sum and reads the first sum's input there: valid only when
-//! nothing between the two frees that input (consumes it in place), checked here.
+//! The kernel reads its input as `[outer, reduced, inner, trailing]` and sums the second and
+//! fourth dimensions: `trailing` is 1 for the sums above, and more for a batch norm's, which
+//! keep the channels between the batch and the space — `[N, C, H, W]` summed over 0, 2 and 3
+//! (the gradient of γ, β, the mean and the variance, one `sum_dim` at a time) is
+//! `[1, N, C, H·W]`. A chain is taken up to its last sum whose dimensions have that form (the
+//! sums over 0 and 2 alone do not; with 3 they do).
+//!
+//! Burn's batch norm computes its statistics over a permuted view:
+//! `x.swap_dims(0, 1).reshape([C, N·H·W]).mean_dim(1)`. The reshape of a swapped view is a copy
+//! of the whole activation on the inner backend, and the mean a generic reduction over it; the
+//! three operations read `x` as `[1, N, C, H·W]`, the same kernel, dividing by `N·H·W`.
+//!
+//! The step sits at the group's last operation and reads the first one's input there: valid only
+//! when nothing between the two frees that input (consumes it in place), checked here.
 
 use super::kernel::Slot;
 use burn_backend::DType;
-use burn_ir::{ModuleOperationIr, NumericOperationIr, OperationIr, TensorIr, TensorStatus};
+use burn_ir::{
+    BaseOperationIr, ModuleOperationIr, NumericOperationIr, OperationIr, TensorIr, TensorStatus,
+};
 use serde::{Deserialize, Serialize};
 
-/// One column-sum kernel in place of a chain of sums over leading dimensions.
+/// One column-sum kernel in place of a chain of sums over leading dimensions, or of the mean
+/// over a batch norm's permuted view.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ColumnGroup {
-    /// The sums, in program order.
+    /// The operations the kernel replaces (sums, or a swap, a reshape and a sum), in program
+    /// order.
     pub ops: Vec<u32>,
-    /// Drops of the chain's intermediate results (never materialized).
+    /// Drops of the group's intermediate results (never materialized).
     pub drops: Vec<u32>,
-    /// The first sum's input: the tensor the kernel reads.
+    /// The first operation's input: the tensor the kernel reads.
     pub input: Slot,
-    /// The kernel's input has its last use in the chain: freed after the kernel.
+    /// The kernel's input has its last use in the group: freed after the kernel.
     pub consumed: bool,
-    /// The last sum's output: the tensor the kernel writes.
+    /// The last operation's output: the tensor the kernel writes.
     pub output: Slot,
-    /// `[outer, reduced, inner]`: the input, contiguous, summed over its middle dimension.
-    pub dims: [usize; 3],
+    /// `[outer, reduced, inner, trailing]`: the input, contiguous, summed over its second and
+    /// fourth dimensions into `[outer, inner]`.
+    pub dims: [usize; 4],
+    /// What the sums are divided by: 1, or the count of the elements a mean averages.
+    pub divisor: usize,
     pub dtype: DType,
 }
 
@@ -49,36 +67,46 @@ impl ColumnGroup {
 
     /// One line for `explain`.
     pub fn summary(&self) -> String {
-        let [outer, reduced, inner] = self.dims;
+        let [outer, reduced, inner, trailing] = self.dims;
+        let what = if self.divisor > 1 { "mean" } else { "sum" };
+        let over = if trailing > 1 {
+            format!("{reduced} × {trailing}")
+        } else {
+            format!("{reduced} rows")
+        };
         format!(
-            "column sum: [{outer}, {reduced}, {inner}] summed over {reduced} rows in one kernel \
-             ({} sum(s) fused: ops {:?}), {:?}",
-            self.ops.len(),
-            self.ops,
-            self.dtype
+            "column {what}: [{outer}, {reduced}, {inner}, {trailing}] over {over} in one kernel \
+             (ops {:?}), {:?}",
+            self.ops, self.dtype
         )
     }
 }
 
-/// A sum over leading dimensions: its input and output, and the dimensions it sums.
+/// A sum over some dimensions: its input and output, and the dimensions it sums.
 struct Sum<'a> {
     input: &'a TensorIr,
     out: &'a TensorIr,
     axes: Vec<usize>,
+    /// A mean divides by this (1: a sum).
+    divisor: usize,
     /// Whether another sum may extend it (a `sum_dim`; a bias gradient changes the rank).
     chains: bool,
 }
 
 fn sum_of(op: &OperationIr) -> Option<Sum<'_>> {
     let sum = match op {
-        OperationIr::NumericFloat(_, NumericOperationIr::SumDim(d))
-            if d.out.shape.num_dims() == d.input.shape.num_dims()
-                && d.out.shape.get(d.axis) == Some(&1) =>
+        OperationIr::NumericFloat(
+            _,
+            n @ (NumericOperationIr::SumDim(d) | NumericOperationIr::MeanDim(d)),
+        ) if d.out.shape.num_dims() == d.input.shape.num_dims()
+            && d.out.shape.get(d.axis) == Some(&1) =>
         {
+            let mean = matches!(n, NumericOperationIr::MeanDim(_));
             Sum {
                 input: &d.input,
                 out: &d.out,
                 axes: vec![d.axis],
+                divisor: if mean { d.input.shape[d.axis] } else { 1 },
                 chains: true,
             }
         }
@@ -91,34 +119,45 @@ fn sum_of(op: &OperationIr) -> Option<Sum<'_>> {
                 input: &d.output_grad,
                 out: &d.out,
                 axes: (0..rank - 1).collect(),
+                divisor: 1,
                 chains: false,
             }
         }
         _ => return None,
     };
-    let rank = sum.input.shape.num_dims();
-    let leading = sum.axes.iter().all(|&a| a + 1 < rank);
     let float = sum.input.dtype.is_float() && sum.out.dtype == sum.input.dtype;
     // A sum over one element is the row kernels' (an identity).
     let summed: usize = sum.axes.iter().map(|&a| sum.input.shape[a]).product();
-    (leading && float && summed > 1).then_some(sum)
+    (float && summed > 1).then_some(sum)
 }
 
-/// `[outer, reduced, inner]` of `shape` summed over `axes`, when those axes are adjacent once
-/// the size-1 dimensions are left out (and none is the last).
-fn column_dims(shape: &[usize], axes: &[usize]) -> Option<[usize; 3]> {
-    let (&first, &last) = (axes.iter().min()?, axes.iter().max()?);
-    if last + 1 >= shape.len() {
-        return None;
+/// `[outer, reduced, inner, trailing]` of `shape` summed over `axes`: the dimensions of size 1
+/// left out, the summed ones must form one block, or two with kept ones between them and the
+/// second reaching the end. One block reaching the last dimension is a row sum, not a column
+/// sum (the row kernels' and the inner backend's).
+pub(crate) fn sum_dims(shape: &[usize], axes: &[usize]) -> Option<[usize; 4]> {
+    let mut blocks: Vec<(bool, usize)> = Vec::new();
+    for (d, &n) in shape.iter().enumerate() {
+        if n == 1 {
+            continue;
+        }
+        let summed = axes.contains(&d);
+        match blocks.last_mut() {
+            Some((s, size)) if *s == summed => *size *= n,
+            _ => blocks.push((summed, n)),
+        }
     }
-    let gap = (first..=last).any(|d| !axes.contains(&d) && shape[d] != 1);
-    if gap {
-        return None;
+    // Size-1 dimensions after the last summed one keep today's column sums of `[.., r, 1]`.
+    let before_last = axes.iter().max().is_some_and(|&a| a + 1 < shape.len());
+    match *blocks.as_slice() {
+        [(true, r)] if before_last => Some([1, r, 1, 1]),
+        [(false, o), (true, r)] if before_last => Some([o, r, 1, 1]),
+        [(true, r), (false, k)] => Some([1, r, k, 1]),
+        [(false, o), (true, r), (false, k)] => Some([o, r, k, 1]),
+        [(true, r), (false, k), (true, t)] => Some([1, r, k, t]),
+        [(false, o), (true, r), (false, k), (true, t)] => Some([o, r, k, t]),
+        _ => None,
     }
-    let outer = shape[..first].iter().product();
-    let reduced = shape[first..=last].iter().product();
-    let inner = shape[last + 1..].iter().product();
-    Some([outer, reduced, inner])
 }
 
 /// The one live reader of tensor `t` after position `from` (drops collected), when that reader
@@ -151,6 +190,134 @@ fn sole_reader(
     reader.filter(|_| ends)
 }
 
+/// Whether an operation between positions `from` and `to`, other than the group's own, frees
+/// `input` (reads it in place): the kernel at `to` could not read it then.
+fn freed_between(
+    ops: &[OperationIr],
+    group: &[usize],
+    from: usize,
+    to: usize,
+    input: &TensorIr,
+) -> bool {
+    (from + 1..to).any(|k| {
+        !group.contains(&k)
+            && ops[k]
+                .inputs()
+                .any(|x| x.id == input.id && x.status == TensorStatus::ReadWrite)
+    })
+}
+
+/// The group of the chain of sums starting at `i`, up to its last sum whose dimensions have the
+/// kernel's form.
+fn sum_chain(ops: &[OperationIr], live: &[bool], taken: &[bool], i: usize) -> Option<ColumnGroup> {
+    let first = sum_of(&ops[i])?;
+    let shape: Vec<usize> = first.input.shape.iter().copied().collect();
+    // A chain starts with a sum over leading dimensions: one over the last is a row kernel's
+    // (a layer norm's mean), whatever reads it.
+    if first.axes.iter().any(|&a| a + 1 >= shape.len()) {
+        return None;
+    }
+    let mut chain = vec![i];
+    let mut drops = Vec::new();
+    let (mut axes, mut out, mut chains, mut divisor) =
+        (first.axes.clone(), first.out, first.chains, first.divisor);
+    // (length of the chain, its dimensions, its divisor, drops collected) at its longest valid
+    // prefix so far.
+    let mut best = sum_dims(&shape, &axes).map(|d| (1, d, divisor, 0));
+    // Extend the chain while the next sum is the sole reader of this one's result.
+    while chains {
+        let mut more = Vec::new();
+        let last = *chain.last().expect("a chain has a sum");
+        let Some(j) = sole_reader(ops, live, out, last, &mut more) else {
+            break;
+        };
+        let Some(next) = sum_of(&ops[j]).filter(|s| s.chains && !taken[j]) else {
+            break;
+        };
+        // Nothing between the first sum and this one may free the kernel's input.
+        if freed_between(ops, &chain, i, j, first.input) {
+            break;
+        }
+        chain.push(j);
+        drops.extend(more);
+        axes.extend(&next.axes);
+        (out, chains, divisor) = (next.out, next.chains, divisor * next.divisor);
+        if let Some(d) = sum_dims(&shape, &axes) {
+            best = Some((chain.len(), d, divisor, drops.len()));
+        }
+    }
+    let (len, dims, divisor, kept_drops) = best?;
+    chain.truncate(len);
+    drops.truncate(kept_drops);
+    drops.sort_unstable();
+    Some(ColumnGroup {
+        input: Slot {
+            op: i as u32,
+            pos: 0,
+        },
+        consumed: first.input.status == TensorStatus::ReadWrite,
+        output: Slot {
+            op: *chain.last().expect("a chain has a sum") as u32,
+            pos: 0,
+        },
+        ops: chain.into_iter().map(|k| k as u32).collect(),
+        drops,
+        dims,
+        divisor,
+        dtype: first.input.dtype,
+    })
+}
+
+/// The group of `x.swap_dims(0, 1).reshape([C, rest]).sum_dim(1)` (or `mean_dim`) starting at
+/// the swap at `i`: `x` of `[N, C, …]` read as `[1, N, C, rest / N]`.
+fn permuted_sum(
+    ops: &[OperationIr],
+    live: &[bool],
+    taken: &[bool],
+    i: usize,
+) -> Option<ColumnGroup> {
+    let OperationIr::BaseFloat(BaseOperationIr::SwapDims(swap)) = &ops[i] else {
+        return None;
+    };
+    let x = &swap.input;
+    let rank = x.shape.num_dims();
+    if rank < 2 || (swap.dim1.min(swap.dim2), swap.dim1.max(swap.dim2)) != (0, 1) {
+        return None;
+    }
+    let (n, c) = (x.shape[0], x.shape[1]);
+    let trailing: usize = x.shape[2..].iter().product();
+    let mut drops = Vec::new();
+    let j = sole_reader(ops, live, &swap.out, i, &mut drops)?;
+    let OperationIr::BaseFloat(BaseOperationIr::Reshape(reshape)) = &ops[j] else {
+        return None;
+    };
+    if reshape.out.shape.as_slice() != [c, n * trailing] {
+        return None;
+    }
+    let k = sole_reader(ops, live, &reshape.out, j, &mut drops)?;
+    let sum = sum_of(&ops[k]).filter(|s| s.chains && s.axes == [1] && !taken[k])?;
+    if sum.input.dtype != x.dtype || freed_between(ops, &[i, j, k], i, k, x) {
+        return None;
+    }
+    drops.sort_unstable();
+    Some(ColumnGroup {
+        ops: vec![i as u32, j as u32, k as u32],
+        drops,
+        input: Slot {
+            op: i as u32,
+            pos: 0,
+        },
+        consumed: x.status == TensorStatus::ReadWrite,
+        output: Slot {
+            op: k as u32,
+            pos: 0,
+        },
+        dims: [1, n, c, trailing],
+        divisor: sum.divisor,
+        dtype: x.dtype,
+    })
+}
+
 /// The column-sum groups of a graph, among its live operations.
 pub fn column_groups(ops: &[OperationIr], live: &[bool]) -> Vec<ColumnGroup> {
     let mut taken = vec![false; ops.len()];
@@ -159,65 +326,15 @@ pub fn column_groups(ops: &[OperationIr], live: &[bool]) -> Vec<ColumnGroup> {
         if taken[i] || !live[i] {
             continue;
         }
-        let Some(first) = sum_of(&ops[i]) else {
+        let Some(group) =
+            permuted_sum(ops, live, &taken, i).or_else(|| sum_chain(ops, live, &taken, i))
+        else {
             continue;
         };
-        let shape: Vec<usize> = first.input.shape.iter().copied().collect();
-        let Some(mut dims) = column_dims(&shape, &first.axes) else {
-            continue;
-        };
-        let mut chain = vec![i];
-        let mut drops = Vec::new();
-        let (mut axes, mut out, mut chains) = (first.axes.clone(), first.out, first.chains);
-        // Extend the chain while the next sum is the sole reader of this one's result and the
-        // dimensions stay adjacent.
-        while chains {
-            let mut more = Vec::new();
-            let last = *chain.last().expect("a chain has a sum");
-            let Some(j) = sole_reader(ops, live, out, last, &mut more) else {
-                break;
-            };
-            let Some(next) = sum_of(&ops[j]).filter(|s| s.chains && !taken[j]) else {
-                break;
-            };
-            let mut wider = axes.clone();
-            wider.extend(&next.axes);
-            let Some(d) = column_dims(&shape, &wider) else {
-                break;
-            };
-            // Nothing between the first sum and this one may free the kernel's input.
-            let frees_input = (i + 1..j).any(|k| {
-                !chain.contains(&k)
-                    && ops[k]
-                        .inputs()
-                        .any(|x| x.id == first.input.id && x.status == TensorStatus::ReadWrite)
-            });
-            if frees_input {
-                break;
-            }
-            chain.push(j);
-            drops.extend(more);
-            (axes, out, chains, dims) = (wider, next.out, next.chains, d);
+        for &k in &group.ops {
+            taken[k as usize] = true;
         }
-        for &k in &chain {
-            taken[k] = true;
-        }
-        drops.sort_unstable();
-        groups.push(ColumnGroup {
-            input: Slot {
-                op: i as u32,
-                pos: 0,
-            },
-            consumed: first.input.status == TensorStatus::ReadWrite,
-            output: Slot {
-                op: *chain.last().expect("a chain has a sum") as u32,
-                pos: 0,
-            },
-            ops: chain.into_iter().map(|k| k as u32).collect(),
-            drops,
-            dims,
-            dtype: first.input.dtype,
-        });
+        groups.push(group);
     }
     groups
 }

@@ -10,7 +10,7 @@ use burn_compile_schedule::{
 use burn_ir::{
     BaseOperationIr, BinaryOpIr, CustomOpIr, FloatOperationIr, LinearBiasBackwardOpIr, LinearOpIr,
     MatmulOpIr, ModuleOperationIr, NumericOperationIr, OperationIr, ReduceDimOpIr, ScalarIr,
-    ScalarOpIr, ShapeOpIr, TensorId, TensorIr, TensorStatus, UnaryOpIr,
+    ScalarOpIr, ShapeOpIr, SwapDimsOpIr, TensorId, TensorIr, TensorStatus, UnaryOpIr,
 };
 
 pub fn tensor(id: u64, shape: &[usize], status: TensorStatus, dtype: DType) -> TensorIr {
@@ -153,20 +153,47 @@ fn every<T>(_: &T) -> bool {
     true
 }
 
-/// `id = sum_dim(input, axis)` (the axis kept, of size 1).
-pub fn sum_dim(input: TensorIr, axis: usize, id: u64) -> OperationIr {
+fn reduce_dim(
+    input: TensorIr,
+    axis: usize,
+    id: u64,
+    op: fn(ReduceDimOpIr) -> NumericOperationIr,
+) -> OperationIr {
     let mut shape = input.shape.to_vec();
     shape[axis] = 1;
     let (dtype, out) = (input.dtype, out_like(&input, id, &shape));
     OperationIr::NumericFloat(
         dtype,
-        NumericOperationIr::SumDim(ReduceDimOpIr {
+        op(ReduceDimOpIr {
             input,
             out,
             axis,
             accumulator_len: 1,
         }),
     )
+}
+
+/// `id = sum_dim(input, axis)` (the axis kept, of size 1).
+pub fn sum_dim(input: TensorIr, axis: usize, id: u64) -> OperationIr {
+    reduce_dim(input, axis, id, NumericOperationIr::SumDim)
+}
+
+/// `id = mean_dim(input, axis)` (the axis kept, of size 1).
+pub fn mean_dim(input: TensorIr, axis: usize, id: u64) -> OperationIr {
+    reduce_dim(input, axis, id, NumericOperationIr::MeanDim)
+}
+
+/// `id = input.swap_dims(dim1, dim2)`.
+pub fn swap_dims(input: TensorIr, dim1: usize, dim2: usize, id: u64) -> OperationIr {
+    let mut shape = input.shape.to_vec();
+    shape.swap(dim1, dim2);
+    let out = out_like(&input, id, &shape);
+    OperationIr::BaseFloat(BaseOperationIr::SwapDims(SwapDimsOpIr {
+        input,
+        out,
+        dim1,
+        dim2,
+    }))
 }
 
 /// `id = linear_bias_backward(output_grad)`: the gradient summed over every dimension but the
