@@ -18,6 +18,7 @@
 //! Every sum is in f32, in an order fixed by the shape alone, so a replay gives the same bits
 //! every time.
 
+use burn_compile_schedule::column_layout;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
@@ -74,51 +75,20 @@ impl ColumnDims {
         }
     }
 
-    /// The dimensions of the same sums over a tensor whose memory holds `shape` (the logical
-    /// `[outer, reduced, inner, trailing]` merged as the group's) in another order, given its
-    /// element strides: a batch norm's input in channels-last order (`[N, C, H, W]` with C
-    /// innermost in memory, what Burn's convolutions return on CUDA) is a plain column sum of
-    /// `[1, N·H·W, C, 1]`. `None` where the layout is neither.
+    /// The dimensions of the same sums over a tensor of logical `shape` with these element
+    /// strides ([`burn_compile_schedule::column_layout`]): itself where the tensor is
+    /// contiguous, a plain column sum where a batch norm's input is channels-last.
     pub fn for_strides(&self, shape: &[usize], strides: &[usize]) -> Option<ColumnDims> {
-        let contiguous = contiguous_strides(shape);
-        if strides_match(shape, strides, &contiguous) {
-            return Some(*self);
-        }
-        // Channels-last: the group reads `[1, N, C, S]`, and memory holds `[N, S…, C]`.
-        if self.outer != 1 || shape.len() < 2 || self.reduced != shape[0] || self.inner != shape[1]
-        {
-            return None;
-        }
-        let mut order: Vec<usize> = vec![0];
-        order.extend(2..shape.len());
-        order.push(1);
-        let permuted: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
-        let packed = contiguous_strides(&permuted);
-        let mut want = vec![0; shape.len()];
-        for (i, &d) in order.iter().enumerate() {
-            want[d] = packed[i];
-        }
-        strides_match(shape, strides, &want).then_some(ColumnDims {
-            outer: 1,
-            reduced: self.reduced * self.trailing,
-            inner: self.inner,
-            trailing: 1,
+        let dims = [self.outer, self.reduced, self.inner, self.trailing];
+        let [outer, reduced, inner, trailing] = column_layout(dims, shape, strides)?;
+        Some(ColumnDims {
+            outer,
+            reduced,
+            inner,
+            trailing,
             divisor: self.divisor,
         })
     }
-}
-
-fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * shape[d + 1];
-    }
-    strides
-}
-
-/// Strides equal where they matter: a dimension of size 1 is never stepped along.
-fn strides_match(shape: &[usize], strides: &[usize], want: &[usize]) -> bool {
-    strides.len() == shape.len() && (0..shape.len()).all(|d| shape[d] == 1 || strides[d] == want[d])
 }
 
 #[cube(launch_unchecked)]
@@ -257,42 +227,5 @@ pub unsafe fn launch_column_sum<R: Runtime, E: Float>(
                 dims.divisor,
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ColumnDims;
-
-    fn dims(reduced: usize, inner: usize, trailing: usize) -> ColumnDims {
-        ColumnDims {
-            outer: 1,
-            reduced,
-            inner,
-            trailing,
-            divisor: 1,
-        }
-    }
-
-    /// A batch norm's `[2, 3, 4, 5]` read contiguous keeps its dimensions; in channels-last
-    /// order (strides of `[2, 4, 5, 3]` permuted back) it is a plain column sum over the 40
-    /// positions of each channel; any other order is refused.
-    #[test]
-    fn channels_last_inputs_are_plain_column_sums() {
-        let d = dims(2, 3, 20);
-        let shape = [2, 3, 4, 5];
-        assert_eq!(d.for_strides(&shape, &[60, 20, 5, 1]), Some(d));
-        assert_eq!(
-            d.for_strides(&shape, &[60, 1, 15, 3]),
-            Some(ColumnDims {
-                reduced: 40,
-                trailing: 1,
-                ..d
-            })
-        );
-        assert_eq!(d.for_strides(&shape, &[3, 1, 30, 6]), None);
-        // A plain column sum of a transposed input is not taken either.
-        let bias = dims(4, 8, 1);
-        assert_eq!(bias.for_strides(&[4, 8], &[1, 4]), None);
     }
 }

@@ -13,8 +13,8 @@ mod memory;
 pub use fusers::{
     AttentionGroup, ColumnGroup, FusedGroup, Gemm, GemmOperand, HorizontalGroup,
     MAX_HORIZONTAL_BUFFERS, MatmulGroup, MatmulKind, Residual, Slot, attention_groups,
-    batch_summed_gemm, column_groups, fused_groups, gemm, matmul_groups, scalar_operand,
-    scale_alpha,
+    batch_summed_gemm, column_groups, column_layout, fused_groups, gemm, matmul_groups,
+    scalar_operand, scale_alpha,
 };
 pub use kernel::{BinaryOp, Constant, FusedKernel, Instr, ReduceOp, RowLayout, UnaryOp};
 pub use memory::{MemoryPlan, memory_plan};

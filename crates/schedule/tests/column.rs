@@ -5,7 +5,7 @@
 
 use TensorStatus::*;
 use burn_backend::DType;
-use burn_compile_schedule::{ColumnGroup, Plan, Slot, Step};
+use burn_compile_schedule::{ColumnGroup, Plan, Slot, Step, column_layout};
 use burn_ir::{OperationIr, TensorIr, TensorStatus};
 
 mod support;
@@ -247,4 +247,20 @@ fn a_swapped_view_read_elsewhere_or_reshaped_otherwise_is_not_taken() {
         mean_dim(t(3, &[6, 20], ReadWrite), 1, 4),
     ];
     assert!(plan_with_columns(&other).column.is_empty());
+}
+
+/// A batch norm's `[2, 3, 4, 5]` read contiguous keeps its dimensions; in channels-last order
+/// (strides of `[2, 4, 5, 3]` permuted back) it is a plain column sum over the 40 positions of
+/// each channel; any other order is refused, and so is a transposed bias gradient.
+#[test]
+fn channels_last_inputs_are_read_as_plain_column_sums() {
+    let dims = [1, 2, 3, 20];
+    let shape = [2, 3, 4, 5];
+    assert_eq!(column_layout(dims, &shape, &[60, 20, 5, 1]), Some(dims));
+    assert_eq!(
+        column_layout(dims, &shape, &[60, 1, 15, 3]),
+        Some([1, 40, 3, 1])
+    );
+    assert_eq!(column_layout(dims, &shape, &[3, 1, 30, 6]), None);
+    assert_eq!(column_layout([1, 4, 8, 1], &[4, 8], &[1, 4]), None);
 }

@@ -18,6 +18,7 @@ mod accuracy;
 mod autodiff;
 mod backend_gaps;
 mod capture;
+mod column_sums;
 mod compile_fallback;
 mod cpu_build_failures;
 mod cpu_kernels;

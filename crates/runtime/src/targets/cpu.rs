@@ -29,7 +29,7 @@ use burn_compile_codegen_c::{
     CFunction, KernelFn, Toolchain, Unit, c_function, c_symbolic_function, c_unit, symbolic_args,
     symbolic_layout, symbolic_tasks,
 };
-use burn_compile_schedule::FusedKernel;
+use burn_compile_schedule::{ColumnGroup, FusedKernel, column_layout};
 use burn_flex::FlexTensor;
 use burn_ndarray::NdArrayTensor;
 use burn_std::{Bytes, Shape};
@@ -145,7 +145,7 @@ struct State {
 }
 
 /// A CPU backend's float tensor, as the C kernels read and write it.
-pub(crate) trait HostTensor: Send + Sync + Sized + 'static {
+pub(crate) trait HostTensor: TensorMetadata + Send + Sync + Sized + 'static {
     /// Element types the backend stores (and the C kernels compute).
     const DTYPES: &'static [DType];
     fn element_type(&self) -> DType;
@@ -323,7 +323,14 @@ impl Output {
 
 impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
     fn lower(&self, work: Lowering<'_>) -> bool {
-        matches!(work, Lowering::Kernel(kernel) if T::DTYPES.contains(&kernel.dtype))
+        match work {
+            Lowering::Kernel(kernel) => T::DTYPES.contains(&kernel.dtype),
+            // Summed on the host, no C: f32 and f64.
+            Lowering::Column(group) => {
+                matches!(group.dtype, DType::F32 | DType::F64) && T::DTYPES.contains(&group.dtype)
+            }
+            Lowering::Matmul(_) | Lowering::Attention(_) => false,
+        }
     }
 
     fn max_kernel_buffers(&self) -> usize {
@@ -358,12 +365,16 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                 ..
             } => self.fused_kernel(kernel, shape, inputs, scalars, dynamic),
             Work::Horizontal { kernels } => self.horizontal(kernels),
+            Work::Column {
+                group,
+                input,
+                out_shape,
+            } => Ok(column_sum(group, input, out_shape).map(|out| vec![out])),
             // The backend's own matmul, attention and convolutions; a reshape that needs a
             // copy copies in the backend's own kernel.
             Work::Matmul { .. }
             | Work::Attention { .. }
             | Work::ReshapeCopy { .. }
-            | Work::Column { .. }
             | Work::Conv2d { .. } => Ok(None),
         }
     }
@@ -453,6 +464,82 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
             error,
         })
     }
+}
+
+/// A column sum on the host ([`ColumnGroup`]): `input` read as `[outer, reduced, inner,
+/// trailing]` (or channels-last, as a plain column sum), summed in f64 and divided by the
+/// group's divisor, the outputs split among the pool's threads. `None` for another dtype or
+/// layout (the sums run on the inner backend).
+fn column_sum<T: HostTensor>(group: &ColumnGroup, input: &T, out_shape: &Shape) -> Option<T> {
+    let dtype = input.element_type();
+    let strides: Vec<usize> = input
+        .element_strides()
+        .into_iter()
+        .map(usize::try_from)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let shape = input.shape();
+    let [outer, reduced, inner, trailing] = column_layout(group.dims, &shape, &strides)?;
+    let (len, columns) = (shape.num_elements(), outer * inner);
+    if dtype != group.dtype || len != outer * reduced * inner * trailing {
+        return None;
+    }
+    if out_shape.num_elements() != columns {
+        return None;
+    }
+    let divisor = group.divisor as f64;
+    // Each task sums a few adjacent outputs: with a trailing dimension each output's runs are
+    // contiguous; without, the task walks the rows, adding a row's slice of adjacent columns
+    // (each cache line read once).
+    fn sums<E: Copy + Send + Sync>(
+        x: &[E],
+        [outer, reduced, inner, trailing]: [usize; 4],
+        divisor: f64,
+        to: impl Fn(E) -> f64 + Sync,
+        from: impl Fn(f64) -> E + Sync,
+    ) -> Vec<E> {
+        const CHUNK: usize = 64;
+        let chunks = inner.div_ceil(CHUNK);
+        let parts: Vec<Vec<E>> = (0..outer * chunks)
+            .into_par_iter()
+            .map(|task| {
+                let (o, k0) = (task / chunks, task % chunks * CHUNK);
+                let k1 = (k0 + CHUNK).min(inner);
+                let mut total = vec![0f64; k1 - k0];
+                for r in 0..reduced {
+                    let row = (o * reduced + r) * inner;
+                    if trailing == 1 {
+                        for (t, v) in total.iter_mut().zip(&x[row + k0..row + k1]) {
+                            *t += to(*v);
+                        }
+                    } else {
+                        for (t, k) in total.iter_mut().zip(k0..k1) {
+                            let run = (row + k) * trailing;
+                            *t += x[run..run + trailing].iter().map(|v| to(*v)).sum::<f64>();
+                        }
+                    }
+                }
+                total.into_iter().map(|t| from(t / divisor)).collect()
+            })
+            .collect();
+        parts.concat()
+    }
+    let dims = [outer, reduced, inner, trailing];
+    let bytes = match dtype {
+        DType::F32 => {
+            // SAFETY: the tensor's memory holds `len` f32 values from its first element in the
+            // order `dims` reads (`column_layout` checked its strides).
+            let x = unsafe { std::slice::from_raw_parts(input.first_element().cast::<f32>(), len) };
+            Bytes::from_elems(sums(x, dims, divisor, f64::from, |v| v as f32))
+        }
+        DType::F64 => {
+            // SAFETY: as above, for f64 values.
+            let x = unsafe { std::slice::from_raw_parts(input.first_element().cast::<f64>(), len) };
+            Bytes::from_elems(sums(x, dims, divisor, |v| v, |v| v))
+        }
+        _ => return None,
+    };
+    Some(T::contiguous(bytes, out_shape.clone(), dtype))
 }
 
 impl<T: HostTensor> CpuTarget<T> {

@@ -160,6 +160,45 @@ pub(crate) fn sum_dims(shape: &[usize], axes: &[usize]) -> Option<[usize; 4]> {
     }
 }
 
+/// The dimensions a column sum's kernel reads a tensor of logical `shape` with these element
+/// strides as, for the group's `dims`: `dims` where the tensor is contiguous; where a batch
+/// norm's input (`[1, N, C, S]`: `[N, C, …]` summed over all but C) is channels-last — C
+/// innermost in memory, what Burn's convolutions return on CUDA — `[1, N·S, C, 1]`, a plain
+/// column sum. `None` for any other layout (the sums run on the inner backend).
+pub fn column_layout(dims: [usize; 4], shape: &[usize], strides: &[usize]) -> Option<[usize; 4]> {
+    if strides_match(shape, strides, &contiguous_strides(shape)) {
+        return Some(dims);
+    }
+    let [outer, reduced, inner, trailing] = dims;
+    if outer != 1 || shape.len() < 2 || reduced != shape[0] || inner != shape[1] {
+        return None;
+    }
+    // Memory order N, the space, C.
+    let mut order: Vec<usize> = vec![0];
+    order.extend(2..shape.len());
+    order.push(1);
+    let permuted: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
+    let packed = contiguous_strides(&permuted);
+    let mut want = vec![0; shape.len()];
+    for (i, &d) in order.iter().enumerate() {
+        want[d] = packed[i];
+    }
+    strides_match(shape, strides, &want).then_some([1, reduced * trailing, inner, 1])
+}
+
+fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    strides
+}
+
+/// Strides equal where they matter: a dimension of size 1 is never stepped along.
+fn strides_match(shape: &[usize], strides: &[usize], want: &[usize]) -> bool {
+    strides.len() == shape.len() && (0..shape.len()).all(|d| shape[d] == 1 || strides[d] == want[d])
+}
+
 /// The one live reader of tensor `t` after position `from` (drops collected), when that reader
 /// ends its life (a consuming read, or a drop): `None` when another operation reads it or it
 /// outlives the graph.

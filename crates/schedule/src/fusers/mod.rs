@@ -10,7 +10,7 @@ mod kernel;
 mod matmul;
 
 pub use attention::{AttentionGroup, attention_groups};
-pub use column::{ColumnGroup, column_groups};
+pub use column::{ColumnGroup, column_groups, column_layout};
 pub use horizontal::{HorizontalGroup, MAX_HORIZONTAL_BUFFERS};
 pub use kernel::{FusedGroup, Slot, fused_groups, scalar_operand};
 pub use matmul::{
