@@ -642,6 +642,15 @@ impl<B: BackendIr> InnerDevice<B> {
             out_shape: &out.shape,
         };
         let Some(result) = target.launch(work)?.and_then(|mut o| o.pop()) else {
+            // Correct either way (the sums run), but a kernel lost: say which, and why.
+            tracing::debug!(
+                target: "burn_compile::output_code",
+                "burn-compile: {} ran as its sums: the target does not read its input \
+                 (shape {:?}, {:?}) in that tensor's layout",
+                group.summary(),
+                input.shape,
+                input.dtype
+            );
             return Ok(false);
         };
         drop(tensor);
