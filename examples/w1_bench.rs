@@ -244,12 +244,13 @@ fn print_recordings(system: &str, dtype: &str, phase: &str, before: &burn_compil
     eprintln!(
         "{system} {dtype} {phase}: CUDA graphs recorded {}, replays that launched one {}, \
          replays launch by launch where one was wanted {}; graph inputs copied in {}, kept \
-         from the last launch {}",
+         from the last launch {}; held outputs moved out {}",
         m.graph_recordings,
         m.graph_launches,
         m.recording_fallbacks,
         m.graph_inputs_copied,
-        m.graph_inputs_kept
+        m.graph_inputs_kept,
+        m.graph_outputs_moved
     );
 }
 

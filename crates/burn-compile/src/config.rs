@@ -97,7 +97,7 @@ pub struct CompileConfig {
     /// `reduce-overhead`). See [`Mode`].
     pub mode: Mode,
     /// How a launch of a recorded graph (reduce-overhead mode) moves its inputs in and its
-    /// outputs out (`BURN_COMPILE_RECORDING_COPIES`: `each` or `batched`). See
+    /// outputs out (`BURN_COMPILE_RECORDING_COPIES`: `each`, `batched` or `alternate`). See
     /// [`RecordingCopies`].
     pub recording_copies: RecordingCopies,
     /// Time each attention problem's kernel against its parts on its first replays (synced
@@ -238,6 +238,14 @@ pub enum RecordingCopies {
     /// in one launch of a copy kernel reading a table of moves uploaded per launch (one DMA
     /// copy per tensor costs the GPU a few microseconds however small the tensor).
     Batched,
+    /// No output copied out, and no input copied in that the loop hands back: up to two
+    /// recordings of a plan alternate, each handing out its own output buffers and reading an
+    /// input in place where one of them holds its value; the second writes each output that
+    /// comes back as an input where the first reads it. A recording is launched only while no
+    /// tensor of the program holds a buffer it writes (else the other, else the replay runs
+    /// launch by launch): a program that keeps a call's outputs across the next two calls
+    /// replays launch by launch. Other inputs (a new batch) are copied with the copy kernel.
+    Alternate,
 }
 
 impl Default for CompileConfig {
@@ -429,11 +437,12 @@ impl CompileConfig {
             self.recording_copies = match v.trim().to_ascii_lowercase().as_str() {
                 "each" => RecordingCopies::Each,
                 "batched" => RecordingCopies::Batched,
+                "alternate" => RecordingCopies::Alternate,
                 _ => {
                     return Err(ConfigError {
                         variable: k,
                         value: v,
-                        expected: "each or batched",
+                        expected: "each, batched or alternate",
                     });
                 }
             };
@@ -518,6 +527,7 @@ impl CompileConfig {
             vectorize: self.vectorize,
             reduce_overhead: self.mode == Mode::ReduceOverhead,
             batched_recording_copies: self.recording_copies == RecordingCopies::Batched,
+            alternate_recordings: self.recording_copies == RecordingCopies::Alternate,
             cudnn: self.cudnn,
             pad_matmul_dims: self.pad_matmul_dims,
             c_compiler: self.c_compiler.clone(),
@@ -662,6 +672,13 @@ mod tests {
         assert!(config.runtime().reduce_overhead);
         assert_eq!(config.recording_copies, RecordingCopies::Batched);
         assert!(config.runtime().batched_recording_copies);
+        assert!(!config.runtime().alternate_recordings);
+        let alternate = CompileConfig::default()
+            .with_overrides(env(&[("BURN_COMPILE_RECORDING_COPIES", "alternate")]))
+            .unwrap();
+        assert_eq!(alternate.recording_copies, RecordingCopies::Alternate);
+        assert!(alternate.runtime().alternate_recordings);
+        assert!(!alternate.runtime().batched_recording_copies);
         assert!(!config.cudnn && !config.runtime().cudnn);
         assert!(CompileConfig::default().cudnn);
         assert!(!config.pad_matmul_dims && !config.runtime().pad_matmul_dims);

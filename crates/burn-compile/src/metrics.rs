@@ -83,6 +83,9 @@ pub struct Metrics {
     /// the last launch and not copied (weights a caller keeps across calls).
     pub graph_inputs_copied: u64,
     pub graph_inputs_kept: u64,
+    /// Alternating recordings: outputs of earlier calls the program still held, moved into new
+    /// buffers (a copy) before a launch overwrote the recording's.
+    pub graph_outputs_moved: u64,
     /// Breaks per reason, in [`BreakReason::ALL`] order.
     pub breaks: Vec<(BreakReason, u64)>,
 }
@@ -135,6 +138,7 @@ impl Metrics {
             recording_fallbacks: self.recording_fallbacks - earlier.recording_fallbacks,
             graph_inputs_copied: self.graph_inputs_copied - earlier.graph_inputs_copied,
             graph_inputs_kept: self.graph_inputs_kept - earlier.graph_inputs_kept,
+            graph_outputs_moved: self.graph_outputs_moved - earlier.graph_outputs_moved,
             breaks: self
                 .breaks
                 .iter()
@@ -190,6 +194,7 @@ pub fn metrics() -> Metrics {
         recording_fallbacks: r.recording_fallbacks.load(Relaxed),
         graph_inputs_copied: r.recording_inputs_copied.load(Relaxed),
         graph_inputs_kept: r.recording_inputs_kept.load(Relaxed),
+        graph_outputs_moved: r.recording_outputs_moved.load(Relaxed),
         breaks: BreakReason::ALL
             .iter()
             .zip(c.breaks.iter())

@@ -1606,8 +1606,119 @@ mod reduce_overhead {
         guard
     }
 
+    /// Reduce-overhead mode with alternating recordings: outputs handed out from the
+    /// recordings' buffers, inputs that come back read in place.
+    fn alternate_on() -> MutexGuard<'static, ()> {
+        let guard = reduce_overhead_on();
+        let config = CompileConfig {
+            mode: Mode::ReduceOverhead,
+            recording_copies: burn_compile::RecordingCopies::Alternate,
+            ..suite_config()
+        };
+        configure(&burn::tensor::Device::<Eager>::default(), config);
+        guard
+    }
+
+    fn alternating(device: &burn::tensor::Device<Eager>) -> bool {
+        burn_compile::config_for(device).recording_copies
+            == burn_compile::RecordingCopies::Alternate
+    }
+
     fn default_again() {
         configure(&burn::tensor::Device::<Eager>::default(), suite_config());
+    }
+
+    /// Alternating recordings, outputs kept: every call's output is held until the end, so
+    /// each launch finds the output buffer it would overwrite still held and moves that
+    /// output into a buffer of its own first. Every value matches eager.
+    #[test]
+    fn gpu_reduce_overhead_alternating_outputs_the_user_holds_are_moved_not_overwritten() {
+        let _config = alternate_on();
+        let device: burn::tensor::Device<Eager> = Default::default();
+        let b = data([1, 16], 172);
+        let before = burn_compile::metrics();
+        let mut held = Vec::new();
+        for call in 0..10u64 {
+            let x = data([16, 16], 180 + call);
+            let on = |d: &TensorData| Tensor::<C, 2>::from_data(d.clone(), &device);
+            held.push((x.clone(), chain(on(&x), on(&b), 0.5 + call as f32)));
+            burn_compile::mark_step();
+        }
+        let alternate = alternating(&device);
+        for (call, (x, out)) in held.into_iter().enumerate() {
+            let on = |d: &TensorData| Tensor::<Eager, 2>::from_data(d.clone(), &device);
+            let want = chain(on(&x), on(&b), 0.5 + call as f32).into_data();
+            out.into_data().assert_approx_eq::<f32>(&want, tol());
+        }
+        let m = burn_compile::metrics().since(&before);
+        default_again();
+        assert!(m.graph_launches >= 6, "calls after warm-up launch: {m:?}");
+        if alternate {
+            assert!(m.graph_recordings <= 2, "{m:?}");
+            assert!(
+                m.graph_outputs_moved >= 4,
+                "held outputs are moved before their buffer is written: {m:?}"
+            );
+        }
+    }
+
+    /// [`train`] on eager CUDA, then compiled under the config `on` sets: the losses and
+    /// weights compared (cuBLASLt, TF32 on f32, against cubek through 20 steps), and the
+    /// compiled run's metrics.
+    fn train_against_eager(
+        seed: u64,
+        read_at_end: bool,
+        on: fn() -> MutexGuard<'static, ()>,
+    ) -> burn_compile::Metrics {
+        let w = [
+            data([32, 64], seed),
+            support::float_data(&[64], seed + 1, -0.1, 0.1),
+            data([64, 16], seed + 2),
+            support::float_data(&[16], seed + 3, -0.1, 0.1),
+        ];
+        let x = data([8, 32], seed + 4);
+        let (want_losses, want_weights) = train::<Autodiff<Eager>>(&w, &x, read_at_end);
+        let _config = on();
+        let before = burn_compile::metrics();
+        let (losses, weights) = train::<Autodiff<C>>(&w, &x, read_at_end);
+        let m = burn_compile::metrics().since(&before);
+        default_again();
+        let tol = Tolerance::relative(2e-2).set_absolute(1e-3);
+        assert!(
+            want_losses[0] != want_losses[19],
+            "the weights move: {want_losses:?}"
+        );
+        for (step, (g, e)) in losses.iter().zip(&want_losses).enumerate() {
+            assert!(
+                (g - e).abs() <= 1e-3 + 2e-2 * e.abs(),
+                "step {step}: loss {g} against eager {e}"
+            );
+        }
+        for (g, e) in weights.iter().zip(&want_weights) {
+            g.assert_approx_eq::<f32>(e, tol);
+        }
+        m
+    }
+
+    /// Alternating recordings in a training loop: [`train`]'s 20 Adam steps with a learning
+    /// rate changed every step, one graph per step (the losses are read at the end: each
+    /// step's loss is held and moved out), new parameters and optimizer state handed back
+    /// every step and read where the other recording wrote them. Losses and weights match
+    /// eager.
+    #[test]
+    fn gpu_reduce_overhead_alternating_recordings_train_in_place_and_match_eager() {
+        let m = train_against_eager(191, true, alternate_on);
+        // `BURN_COMPILE_RECORDING_COPIES` overrides `configure` (the environment comes last).
+        let alternate = std::env::var("BURN_COMPILE_RECORDING_COPIES")
+            .map_or(true, |v| v.eq_ignore_ascii_case("alternate"));
+        assert!(m.graph_launches >= 15, "{m:?}");
+        if alternate {
+            assert!(m.graph_recordings <= 4, "{m:?}");
+            assert!(
+                m.graph_inputs_kept > 4 * m.graph_inputs_copied,
+                "parameters and optimizer state are read where the last step left them: {m:?}"
+            );
+        }
     }
 
     /// A scalar that changes every call is written into the recorded kernel, not frozen and not
@@ -1722,24 +1833,37 @@ mod reduce_overhead {
     }
 
     /// 20 Adam steps with a learning rate that changes every step (a schedule): losses and
-    /// final weights. Adam's bias corrections change every step too.
+    /// final weights. Adam's bias corrections change every step too. Each loss is read at its
+    /// step (two graphs a step: the read ends the first), or with `read_at_end` after the last
+    /// step (one graph a step; every loss held until then).
     fn train<B: AutodiffBackend>(
         w: &[TensorData; 4],
         x: &TensorData,
+        read_at_end: bool,
     ) -> (Vec<f32>, Vec<TensorData>) {
         let device = Default::default();
         let mut model = Mlp::<B>::new(w, &device);
         let mut optim = AdamConfig::new().init::<B, Mlp<B>>();
         let x = Tensor::<B, 2>::from_data(x.clone(), &device);
         let mut losses = Vec::new();
+        let mut held = Vec::new();
         for step in 0..20 {
             let out = model.forward(x.clone());
             let loss = (out.clone() * out).mean();
-            losses.push(loss.clone().into_scalar().elem::<f32>());
+            if !read_at_end {
+                losses.push(loss.clone().into_scalar().elem::<f32>());
+            }
             let grads = GradientsParams::from_grads(loss.backward(), &model);
+            if read_at_end {
+                held.push(loss.inner());
+            }
             let lr = 1e-2 / (1.0 + step as f64);
             model = optim.step(lr, model, grads);
+            if read_at_end {
+                burn_compile::mark_step();
+            }
         }
+        losses.extend(held.into_iter().map(|l| l.into_scalar().elem::<f32>()));
         // a's weight and bias, then b's (the visit order).
         (losses, crate::support::weights(&model))
     }
@@ -1796,34 +1920,7 @@ mod reduce_overhead {
     /// (written into the recorded kernels), against eager for 20 steps.
     #[test]
     fn gpu_reduce_overhead_training_with_a_learning_rate_changed_every_step_matches_eager() {
-        let w = [
-            data([32, 64], 91),
-            support::float_data(&[64], 92, -0.1, 0.1),
-            data([64, 16], 93),
-            support::float_data(&[16], 94, -0.1, 0.1),
-        ];
-        let x = data([8, 32], 95);
-        let (want_losses, want_weights) = train::<Autodiff<Eager>>(&w, &x);
-        let _config = reduce_overhead_on();
-        let before = burn_compile::metrics();
-        let (losses, weights) = train::<Autodiff<C>>(&w, &x);
-        let m = burn_compile::metrics().since(&before);
-        default_again();
-        // cuBLASLt (TF32 on f32) against cubek, through 20 steps.
-        let tol = Tolerance::relative(2e-2).set_absolute(1e-3);
-        assert!(
-            want_losses[0] != want_losses[19],
-            "the weights move: {want_losses:?}"
-        );
-        for (step, (g, e)) in losses.iter().zip(&want_losses).enumerate() {
-            assert!(
-                (g - e).abs() <= 1e-3 + 2e-2 * e.abs(),
-                "step {step}: loss {g} against eager {e}"
-            );
-        }
-        for (g, e) in weights.iter().zip(&want_weights) {
-            g.assert_approx_eq::<f32>(e, tol);
-        }
+        let m = train_against_eager(91, false, reduce_overhead_on);
         assert!(
             m.graph_launches >= 15,
             "steps after warm-up launch graphs: {m:?}"

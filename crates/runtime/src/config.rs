@@ -22,6 +22,10 @@ pub struct RuntimeConfig {
     /// A recorded graph's launch copies only the inputs that moved since the last launch, in
     /// one batched call per direction (else every input and output, a call each).
     pub batched_recording_copies: bool,
+    /// Two recordings of a plan alternate: each reads the other's outputs where they are and
+    /// hands its own out without a copy; only inputs found elsewhere are copied in
+    /// ([`crate::recording`]).
+    pub alternate_recordings: bool,
     /// 2-D convolutions (the forward pass and the gradients of its input and weight) run as
     /// cuDNN calls where the target has cuDNN (CUDA, with the library loadable); else, and for
     /// what cuDNN does not take, the inner backend's own convolutions.
@@ -51,6 +55,7 @@ impl Default for RuntimeConfig {
             vectorize: true,
             reduce_overhead: false,
             batched_recording_copies: false,
+            alternate_recordings: false,
             cudnn: true,
             pad_matmul_dims: true,
             c_compiler: None,

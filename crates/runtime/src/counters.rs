@@ -41,6 +41,9 @@ pub struct Counters {
     /// the last launch had copied them from, held since (not copied again).
     pub recording_inputs_copied: AtomicU64,
     pub recording_inputs_kept: AtomicU64,
+    /// Outputs a program still held, moved out of an alternating recording's buffer before a
+    /// launch overwrote it.
+    pub recording_outputs_moved: AtomicU64,
 }
 
 pub static COUNTERS: Counters = Counters {
@@ -61,6 +64,7 @@ pub static COUNTERS: Counters = Counters {
     recording_fallbacks: AtomicU64::new(0),
     recording_inputs_copied: AtomicU64::new(0),
     recording_inputs_kept: AtomicU64::new(0),
+    recording_outputs_moved: AtomicU64::new(0),
 };
 
 /// Adds one to a counter.

@@ -57,6 +57,11 @@ pub struct InnerDevice<B: BackendIr> {
     reduce_overhead: AtomicBool,
     /// `RuntimeConfig::batched_recording_copies` of the device, as last read.
     batched_recording_copies: AtomicBool,
+    /// `RuntimeConfig::alternate_recordings` of the device, as last read.
+    alternate_recordings: AtomicBool,
+    /// While a step replayed whole runs: its graph's tensor ids → the caller's ids, which name
+    /// one value each ([`InnerDevice::value_name`]).
+    value_names: Mutex<FxHashMap<TensorId, TensorId>>,
     /// `RuntimeConfig::cudnn` of the device, as last read.
     cudnn: AtomicBool,
     /// Reduce-overhead mode: each replayed plan's recording state, by the plan's address (the
@@ -111,6 +116,8 @@ impl<B: BackendIr> InnerDevice<B> {
             executables: Mutex::new(FxHashMap::default()),
             reduce_overhead: AtomicBool::new(false),
             batched_recording_copies: AtomicBool::new(false),
+            alternate_recordings: AtomicBool::new(false),
+            value_names: Mutex::new(FxHashMap::default()),
             cudnn: AtomicBool::new(false),
             recordings: Mutex::new(FxHashMap::default()),
             current_launch: AtomicUsize::new(0),
@@ -125,6 +132,25 @@ impl<B: BackendIr> InnerDevice<B> {
     /// Whether a recorded graph's launch copies only the inputs that moved, batched.
     pub(crate) fn batched_recording_copies(&self) -> bool {
         self.batched_recording_copies.load(Ordering::Relaxed)
+    }
+
+    /// Whether a plan's recordings alternate, reading each other's outputs in place.
+    pub(crate) fn alternate_recordings(&self) -> bool {
+        self.alternate_recordings.load(Ordering::Relaxed)
+    }
+
+    /// Names the values of the running step's tensors: `names` maps its graph's ids (the same
+    /// at every call of a step replayed whole) to the caller's (one value each); empty after.
+    pub(crate) fn name_values(&self, names: FxHashMap<TensorId, TensorId>) {
+        *self.value_names.lock().unwrap_or_else(|e| e.into_inner()) = names;
+    }
+
+    /// An id naming the value tensor `id` holds now, and no other while it lives: the caller's
+    /// id inside a step replayed whole, else `id` itself (a captured graph's ids are new
+    /// tensors, never reused).
+    pub(crate) fn value_name(&self, id: TensorId) -> TensorId {
+        let names = self.value_names.lock().unwrap_or_else(|e| e.into_inner());
+        names.get(&id).copied().unwrap_or(id)
     }
 
     /// What records graphs on this device, if its target has one.
@@ -230,6 +256,8 @@ impl<B: BackendIr> InnerDevice<B> {
             .store(config.reduce_overhead, Ordering::Relaxed);
         self.batched_recording_copies
             .store(config.batched_recording_copies, Ordering::Relaxed);
+        self.alternate_recordings
+            .store(config.alternate_recordings, Ordering::Relaxed);
         self.cudnn.store(config.cudnn, Ordering::Relaxed);
         if let Some(target) = &self.kernels {
             target.configure(config);

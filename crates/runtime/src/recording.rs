@@ -23,13 +23,14 @@
 use crate::InnerDevice;
 use crate::counters::COUNTERS;
 use crate::executable::{Executable, Launch};
+use crate::replay::Placed;
 use crate::targets::{GraphRecorder, Recorded};
 use burn_backend::DType;
 use burn_compile_graph::graph_inputs;
 use burn_compile_schedule::{Plan, scalar_operand};
 use burn_ir::{BackendIr, OperationIr, TensorId};
 use burn_std::stream_id::StreamId;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -55,6 +56,8 @@ pub(crate) struct PlanRecording {
     /// checked: found once per plan, so a replay only reads the values.
     eager_guards: Option<Vec<(u32, EagerGuard)>>,
     current: Option<Current>,
+    /// With alternating recordings, those in place of `current`.
+    alternating: Alternating,
 }
 
 /// A recording and what its launches need from each replay.
@@ -86,6 +89,7 @@ impl PlanRecording {
         if let Some(current) = self.current.take() {
             recorder.release(current.recorded);
         }
+        self.alternating.release(recorder);
     }
 }
 
@@ -97,7 +101,7 @@ pub(crate) fn replay<B: BackendIr>(
     plan: &Arc<Plan>,
     executable: &Executable,
     table: &[f64],
-    walk: impl Fn(&[f64]),
+    walk: impl Fn(&[f64], &Placed<B::FloatTensorPrimitive>),
 ) -> bool {
     let Some(recorder) = inner.recorder() else {
         return false;
@@ -119,7 +123,7 @@ fn replay_with<B: BackendIr>(
     inner: &InnerDevice<B>,
     recorder: &dyn GraphRecorder,
     state: &mut PlanRecording,
-    replay: ReplayParts<'_>,
+    replay: ReplayParts<'_, B>,
 ) -> bool {
     if state.refused.is_some() {
         return false;
@@ -136,6 +140,9 @@ fn replay_with<B: BackendIr>(
         },
     };
     let eager = eager_bits(guards, ops);
+    if inner.alternate_recordings() && !state.alternating.copy_mode {
+        return alternate(inner, recorder, state, replay, eager);
+    }
     if let Some(current) = &state.current {
         let now = guard_bits(&current.guarded, table, &eager);
         match changed_scalar(&current.guard_bits, &now) {
@@ -171,16 +178,9 @@ fn replay_with<B: BackendIr>(
             return false;
         }
     }
-    if state.records >= RECORD_LIMIT {
-        refuse(
-            state,
-            format!(
-                "recorded {RECORD_LIMIT} times (the limit): replayed launch by launch from now on"
-            ),
-        );
+    if !count_record(state) {
         return false;
     }
-    state.records += 1;
     let markers = !state.no_markers;
     let launches = replay.executable.launches.len();
     match record(inner, recorder, replay, eager, markers) {
@@ -201,7 +201,7 @@ fn replay_with<B: BackendIr>(
             refuse(state, reason);
             false
         }
-        Err(Failure::Capture(reason)) => {
+        Err(Failure::Capture(reason) | Failure::Held(reason)) => {
             // Markers that could not be placed are the likeliest cause: the next recording
             // holds the real scalars, guarded.
             state.no_markers = true;
@@ -213,6 +213,21 @@ fn replay_with<B: BackendIr>(
             false
         }
     }
+}
+
+/// Counts a recording about to be made; `false` (and the plan refused) past [`RECORD_LIMIT`].
+fn count_record(state: &mut PlanRecording) -> bool {
+    if state.records >= RECORD_LIMIT {
+        refuse(
+            state,
+            format!(
+                "recorded {RECORD_LIMIT} times (the limit): replayed launch by launch from now on"
+            ),
+        );
+        return false;
+    }
+    state.records += 1;
+    true
 }
 
 fn refuse(state: &mut PlanRecording, reason: String) {
@@ -363,6 +378,9 @@ fn changed_scalar(recorded: &[u64], now: &[u64]) -> Option<String> {
 enum Failure {
     /// The plan cannot be recorded, ever.
     Refused(String),
+    /// The new recording would write a buffer the program still holds; the replay's tensors
+    /// are as before it.
+    Held(String),
     /// This capture failed; the replay's tensors are as before it.
     Capture(String),
 }
@@ -388,14 +406,35 @@ impl Ref {
     }
 }
 
+/// A replay's walk of its executable, given the scalar table and the buffers outputs are placed
+/// in.
+type Walk<'a, B> =
+    dyn Fn(&[f64], &Placed<<B as burn_backend::BackendTypes>::FloatTensorPrimitive>) + 'a;
+
+/// What a capture reads in place: `inputs[j]` (in [`graph_inputs`] order) tells whether graph
+/// input `j` is read from its own buffer rather than from a copy of the recording's (missing:
+/// a copy); outputs in `placed` are written into the buffers given there.
+struct Keep<'a, B: BackendIr> {
+    inputs: &'a [bool],
+    placed: &'a Placed<B::FloatTensorPrimitive>,
+}
+
+impl<B: BackendIr> Clone for Keep<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: BackendIr> Copy for Keep<'_, B> {}
+
 /// What one replay hands a recording: its ops, plan, executable, scalar table, and its walk
 /// of the executable (with the scalar table given).
-struct ReplayParts<'a> {
+struct ReplayParts<'a, B: BackendIr> {
     ops: &'a [OperationIr],
     plan: &'a Plan,
     executable: &'a Executable,
     table: &'a [f64],
-    walk: &'a dyn Fn(&[f64]),
+    walk: &'a Walk<'a, B>,
 }
 
 /// Records one replay: the graph inputs replaced by buffers of the recording's own, the
@@ -404,7 +443,7 @@ struct ReplayParts<'a> {
 fn record<B: BackendIr>(
     inner: &InnerDevice<B>,
     recorder: &dyn GraphRecorder,
-    replay: ReplayParts<'_>,
+    replay: ReplayParts<'_, B>,
     eager: Vec<u64>,
     markers: bool,
 ) -> Result<Current, Failure> {
@@ -416,7 +455,13 @@ fn record<B: BackendIr>(
     let capture_stream = StreamId {
         value: replay_stream.value.wrapping_add(1),
     };
-    let current = capture_stream.executes(|| capture(inner, recorder, &replay, eager, markers))?;
+    let none = Placed::default();
+    let keep = Keep {
+        inputs: &[],
+        placed: &none,
+    };
+    let current =
+        capture_stream.executes(|| capture(inner, recorder, &replay, eager, markers, keep))?;
     match launch(inner, recorder, &current, replay.ops, replay.table) {
         Ok(()) => Ok(current),
         Err(reason) => {
@@ -430,9 +475,10 @@ fn record<B: BackendIr>(
 fn capture<B: BackendIr>(
     inner: &InnerDevice<B>,
     recorder: &dyn GraphRecorder,
-    replay: &ReplayParts<'_>,
+    replay: &ReplayParts<'_, B>,
     eager: Vec<u64>,
     markers: bool,
+    keep: Keep<'_, B>,
 ) -> Result<Current, Failure> {
     let ReplayParts {
         ops,
@@ -495,17 +541,20 @@ fn capture<B: BackendIr>(
         }
     }
     let mut statics = Vec::with_capacity(inputs.len());
-    for original in &originals {
+    for (j, original) in originals.iter().enumerate() {
+        if keep.inputs.get(j).copied().unwrap_or(false) {
+            // Read where it is: the buffer is the recording's own already.
+            statics.push(original.clone());
+            continue;
+        }
         let made = recorder
             .like(original as &dyn Any)
             .map_err(Failure::Refused)?;
         let own = made
             .downcast::<B::Handle>()
             .map_err(|_| Failure::Refused("a recording buffer of another type".into()))?;
+        inner.register_handle(inputs[j].1, (*own).clone());
         statics.push(*own);
-    }
-    for ((_, id), own) in inputs.iter().zip(&statics) {
-        inner.register_handle(*id, own.clone());
     }
     // Puts the replay's inputs back and removes what the walk wrote: the state before it.
     let restore = || {
@@ -522,7 +571,9 @@ fn capture<B: BackendIr>(
         restore();
         return Err(Failure::Capture(reason));
     }
-    let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| walk(&capture_table)));
+    let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        walk(&capture_table, keep.placed)
+    }));
     // Output tensors left by the walk, in op order (each id once).
     let mut outputs = Vec::new();
     let mut seen = FxHashSet::default();
@@ -632,6 +683,536 @@ fn launch<B: BackendIr>(
         crate::profile::record("recorded graph launch", start.elapsed());
     }
     Ok(())
+}
+
+/// Alternating recordings (`RuntimeConfig::alternate_recordings`): a plan has up to two
+/// recordings, and neither copies its outputs out. Each hands out its own output buffers as the
+/// replay's outputs, and each reads an input in place when one of the plan's buffers holds that
+/// input's value — in a training loop the other recording's outputs, passed back as the next
+/// step's parameters and optimizer state. The second recording writes each output that comes
+/// back into the buffer the first reads it from, so the two read each other's outputs: a loop
+/// that hands its outputs back copies nothing either way (only new data, such as a batch, is
+/// copied into a buffer of the recording's own).
+///
+/// What holds:
+/// - **A buffer is written only while no tensor but the recording holds it**
+///   ([`GraphRecorder::unshared`]): a recording whose outputs, or whose inputs to copy into,
+///   are held elsewhere is not launched; the other may be, else the replay runs launch by
+///   launch (its outputs in new buffers), logged under `burn_compile::recordings`. So an output
+///   the program keeps is never overwritten.
+/// - **Values are told apart by tensor id**: a buffer records which tensor's value it holds
+///   ([`InnerDevice::value_name`]; tensors are immutable and ids never reused), set when an
+///   input is copied in and when it is handed out as an output.
+#[derive(Default)]
+pub(crate) struct Alternating {
+    buffers: Vec<Buffer>,
+    sides: Vec<Side>,
+    /// The side launched last.
+    last: usize,
+    /// A replay ran launch by launch because every side's buffers were held (logged once).
+    blocked_logged: bool,
+    /// The plan's graph outputs share buffers (with each other or with its inputs: views): its
+    /// recordings copy instead.
+    copy_mode: bool,
+}
+
+/// A buffer of a plan's recordings: the only handle the recordings keep (so whether anyone
+/// else holds it is [`GraphRecorder::unshared`]), and the tensor whose value it holds.
+struct Buffer {
+    tensor: Box<dyn Any + Send>,
+    holds: Option<TensorId>,
+    /// `holds` is the tensor the buffer was handed out as (not a copy of an input's value).
+    handed: bool,
+}
+
+/// One recording of an alternating pair: the buffer of each graph input and output.
+struct Side {
+    recorded: Arc<dyn Recorded>,
+    inputs: Vec<Ref>,
+    /// Per graph input, the buffer the recording reads it from.
+    reads: Vec<usize>,
+    freed: Vec<Ref>,
+    /// The graph outputs: output `pos` of op `op`, and the buffer it is written to.
+    outputs: Vec<(u32, u8, usize)>,
+    patched: Vec<usize>,
+    guarded: Vec<usize>,
+    guard_bits: Vec<u64>,
+}
+
+impl Alternating {
+    fn release(&mut self, recorder: &dyn GraphRecorder) {
+        for side in self.sides.drain(..) {
+            recorder.release(side.recorded);
+        }
+        // Dropped after the release task is queued: the buffers go back to the pool in stream
+        // order, after the graphs' last launches.
+        self.buffers.clear();
+        self.last = 0;
+    }
+}
+
+fn alternate<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    recorder: &dyn GraphRecorder,
+    state: &mut PlanRecording,
+    replay: ReplayParts<'_, B>,
+    eager: Vec<u64>,
+) -> bool {
+    let (ops, table) = (replay.ops, replay.table);
+    let alt = &mut state.alternating;
+    if alt.sides.is_empty() {
+        if !inner.tuning_decided(replay.plan) {
+            return false;
+        }
+        state.replays += 1;
+        if state.replays <= WARM_REPLAYS {
+            return false;
+        }
+    } else {
+        let changed = alt.sides.iter().find_map(|side| {
+            changed_scalar(&side.guard_bits, &guard_bits(&side.guarded, table, &eager))
+        });
+        if let Some(reason) = changed {
+            tracing::info!(
+                target: "burn_compile::recordings",
+                "{reason}: recording again (recording {} of at most {RECORD_LIMIT})",
+                state.records + 1
+            );
+            alt.release(recorder);
+        } else {
+            match launch_any(inner, recorder, alt, ops, table) {
+                Ok(true) => {
+                    COUNTERS.graph_launches.fetch_add(1, Ordering::Relaxed);
+                    return true;
+                }
+                Ok(false) if alt.sides.len() >= 2 => {
+                    // Both recordings write buffers the program still holds, not as outputs
+                    // it was handed (a view of one, or an input being copied from).
+                    COUNTERS.recording_fallbacks.fetch_add(1, Ordering::Relaxed);
+                    if !alt.blocked_logged {
+                        alt.blocked_logged = true;
+                        tracing::info!(
+                            target: "burn_compile::recordings",
+                            "both recordings of a graph write buffers the program still holds; \
+                             this replay and others like it run launch by launch"
+                        );
+                    }
+                    return false;
+                }
+                Ok(false) => {}
+                Err(reason) => {
+                    tracing::info!(
+                        target: "burn_compile::recordings",
+                        "recorded graph not launched ({reason}); recording again"
+                    );
+                    alt.release(recorder);
+                }
+            }
+        }
+    }
+    if !count_record(state) {
+        return false;
+    }
+    let markers = !state.no_markers;
+    let launches = replay.executable.launches.len();
+    let alt = &mut state.alternating;
+    match record_side(inner, recorder, alt, replay, eager, markers) {
+        Ok(s) => {
+            COUNTERS.recordings.fetch_add(1, Ordering::Relaxed);
+            COUNTERS.graph_launches.fetch_add(1, Ordering::Relaxed);
+            let side = &alt.sides[s];
+            let in_place = side
+                .outputs
+                .iter()
+                .filter(|(_, _, b)| alt.sides.iter().any(|o| o.reads.contains(b)))
+                .count();
+            tracing::info!(
+                target: "burn_compile::recordings",
+                "recorded graph {} of {} ({} launches, {} device nodes; {} inputs, {} outputs, \
+                 {} of them where the other recording reads them)",
+                s + 1,
+                alt.sides.len(),
+                launches,
+                side.recorded.nodes(),
+                side.inputs.len(),
+                side.outputs.len(),
+                in_place
+            );
+            alt.last = s;
+            true
+        }
+        Err(Failure::Refused(reason)) => {
+            alt.release(recorder);
+            refuse(state, reason);
+            false
+        }
+        Err(Failure::Capture(reason)) => {
+            state.no_markers = true;
+            COUNTERS.recording_fallbacks.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                target: "burn_compile::recordings",
+                "recording failed ({reason}); this replay runs launch by launch"
+            );
+            false
+        }
+        Err(Failure::Held(reason)) => {
+            // A new recording's buffers are its own or the other's copies of inputs: one
+            // held elsewhere is a view shared by two of its tensors, for good.
+            alt.release(recorder);
+            alt.copy_mode = true;
+            COUNTERS.recording_fallbacks.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                target: "burn_compile::recordings",
+                "a graph's recordings cannot alternate ({reason}: a view shared by two of its \
+                 tensors); recorded with copies from its next replay"
+            );
+            false
+        }
+    }
+}
+
+/// Side `s` made ready to launch for the replay of `ops`: the inputs to copy into its buffers
+/// (this replay's tensors), the value names of all its inputs, and the buffers it would write
+/// that a tensor of the program still holds.
+struct Prepared<H> {
+    copies: Vec<(usize, H)>,
+    names: Vec<TensorId>,
+    blocked: Vec<usize>,
+}
+
+fn prepare<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    recorder: &dyn GraphRecorder,
+    alt: &Alternating,
+    s: usize,
+    ops: &[OperationIr],
+) -> Result<Prepared<B::Handle>, String> {
+    let side = &alt.sides[s];
+    let mut names = Vec::with_capacity(side.inputs.len());
+    let mut copies = Vec::new();
+    for (j, r) in side.inputs.iter().enumerate() {
+        let id = r.id(ops);
+        let name = inner.value_name(id);
+        names.push(name);
+        if alt.buffers[side.reads[j]].holds != Some(name) {
+            let tensor = inner
+                .handle_ref(id)
+                .ok_or_else(|| format!("graph input {id:?} has no tensor"))?;
+            copies.push((j, tensor));
+        }
+    }
+    let blocked = side
+        .outputs
+        .iter()
+        .map(|(_, _, b)| *b)
+        .chain(copies.iter().map(|(j, _)| side.reads[*j]))
+        .filter(|b| !recorder.unshared(alt.buffers[*b].tensor.as_ref()))
+        .collect();
+    Ok(Prepared {
+        copies,
+        names,
+        blocked,
+    })
+}
+
+/// Launches side `s` for the replay of `ops` as `prepared`; with `moves`, the outputs of earlier
+/// calls still held in the buffers it writes are first moved into buffers of their own.
+/// `Ok(false)` when a buffer it writes is still held (nothing has changed then). Its outputs are
+/// registered under this replay's ids (its own buffers), and the inputs the replay frees are
+/// freed.
+#[allow(clippy::too_many_arguments)]
+fn launch_side<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    recorder: &dyn GraphRecorder,
+    alt: &mut Alternating,
+    s: usize,
+    ops: &[OperationIr],
+    table: &[f64],
+    prepared: Prepared<B::Handle>,
+    moves: bool,
+) -> Result<bool, String> {
+    let Prepared {
+        copies,
+        names,
+        blocked,
+    } = prepared;
+    if !blocked.is_empty() {
+        if !moves {
+            return Ok(false);
+        }
+        for b in blocked {
+            if !move_out(inner, recorder, &mut alt.buffers[b])? {
+                return Ok(false);
+            }
+        }
+    }
+    let side = &alt.sides[s];
+    let start = crate::profile::on().then(std::time::Instant::now);
+    let scalars: Vec<f64> = side.patched.iter().map(|i| table[*i]).collect();
+    let sources: Vec<(usize, &dyn Any)> = copies.iter().map(|(j, t)| (*j, t as &dyn Any)).collect();
+    recorder.launch_in_place(&side.recorded, &sources, &scalars)?;
+    drop(sources);
+    for (j, _) in copies {
+        let buffer = &mut alt.buffers[side.reads[j]];
+        buffer.holds = Some(names[j]);
+        buffer.handed = false;
+    }
+    for (op, pos, b) in &side.outputs {
+        let id = ops[*op as usize]
+            .outputs()
+            .nth(*pos as usize)
+            .expect("a recorded output slot exists in every replay of its plan")
+            .id;
+        let buffer = &mut alt.buffers[*b];
+        let tensor = buffer
+            .tensor
+            .downcast_ref::<B::Handle>()
+            .ok_or("a recording buffer of another type")?;
+        inner.register_handle(id, tensor.clone());
+        buffer.holds = Some(inner.value_name(id));
+        buffer.handed = true;
+    }
+    for r in &side.freed {
+        inner.release(r.id(ops));
+    }
+    if let Some(start) = start {
+        crate::profile::record("recorded graph launch", start.elapsed());
+    }
+    Ok(true)
+}
+
+/// Launches a side for this replay: the first (after the last launched) that writes no buffer
+/// still held; else, with two sides, the one with the fewest held buffers, after moving the
+/// outputs they hold out. `Ok(false)`: none launched (with fewer than two sides, record one).
+fn launch_any<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    recorder: &dyn GraphRecorder,
+    alt: &mut Alternating,
+    ops: &[OperationIr],
+    table: &[f64],
+) -> Result<bool, String> {
+    let n = alt.sides.len();
+    let mut fewest: Option<(usize, usize)> = None;
+    for k in 1..=n {
+        let s = (alt.last + k) % n;
+        let prepared = prepare(inner, recorder, alt, s, ops)?;
+        let held = prepared.blocked.len();
+        if held == 0 {
+            if launch_side(inner, recorder, alt, s, ops, table, prepared, false)? {
+                alt.last = s;
+                return Ok(true);
+            }
+        } else if fewest.is_none_or(|(_, h)| held < h) {
+            fewest = Some((s, held));
+        }
+    }
+    let Some((s, _)) = fewest.filter(|_| n >= 2) else {
+        return Ok(false);
+    };
+    let prepared = prepare(inner, recorder, alt, s, ops)?;
+    if launch_side(inner, recorder, alt, s, ops, table, prepared, true)? {
+        alt.last = s;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Moves the tensor `buffer` was handed out as, if the program still holds it, into a copy of
+/// its own; whether no tensor holds `buffer` after that.
+fn move_out<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    recorder: &dyn GraphRecorder,
+    buffer: &mut Buffer,
+) -> Result<bool, String> {
+    let Some(id) = buffer.holds.filter(|_| buffer.handed) else {
+        return Ok(false);
+    };
+    if inner.handle_ref(id).is_none() {
+        return Ok(false);
+    }
+    let copy = recorder
+        .copy_of(buffer.tensor.as_ref())?
+        .downcast::<B::Handle>()
+        .map_err(|_| "a copy of another type".to_string())?;
+    // The tensor keeps its id and values; only its buffer changes.
+    inner.register_handle(id, *copy);
+    buffer.holds = None;
+    buffer.handed = false;
+    COUNTERS
+        .recording_outputs_moved
+        .fetch_add(1, Ordering::Relaxed);
+    Ok(recorder.unshared(buffer.tensor.as_ref()))
+}
+
+/// Records a side for this replay and launches it (so this replay's results are computed);
+/// returns its index. An input whose value a buffer holds is read there; an output that the
+/// existing side's outputs show comes back as input `j` is written where that side reads
+/// input `j`.
+fn record_side<B: BackendIr>(
+    inner: &InnerDevice<B>,
+    recorder: &dyn GraphRecorder,
+    alt: &mut Alternating,
+    replay: ReplayParts<'_, B>,
+    eager: Vec<u64>,
+    markers: bool,
+) -> Result<usize, Failure> {
+    let ops = replay.ops;
+    let buffers_before = alt.buffers.len();
+    let inputs = graph_inputs(ops);
+    let holding: FxHashMap<TensorId, usize> = alt
+        .buffers
+        .iter()
+        .enumerate()
+        .filter_map(|(b, buffer)| buffer.holds.map(|h| (h, b)))
+        .collect();
+    let reads: Vec<Option<usize>> = inputs
+        .iter()
+        .map(|input| holding.get(&inner.value_name(input.tensor.id)).copied())
+        .collect();
+    let kept: Vec<bool> = reads.iter().map(Option::is_some).collect();
+    // Where the outputs go: an output of another side read here as input `j` is the value
+    // of input `j` at the next replay, so this side writes it where that side reads `j`.
+    let mut placed = Placed::<B::FloatTensorPrimitive>::default();
+    let mut targets: FxHashMap<TensorId, usize> = FxHashMap::default();
+    for other in &alt.sides {
+        for (j, b) in reads.iter().enumerate() {
+            let Some(b) = b else { continue };
+            let Some((op, pos, _)) = other.outputs.iter().find(|o| o.2 == *b) else {
+                continue;
+            };
+            let target = other.reads[j];
+            if reads.contains(&Some(target)) {
+                continue;
+            }
+            let Some(out) = ops[*op as usize].outputs().nth(*pos as usize) else {
+                continue;
+            };
+            if placed.contains_key(&out.id) || targets.values().any(|t| *t == target) {
+                continue;
+            }
+            let Some(slot) =
+                recorder.slot(alt.buffers[target].tensor.as_ref(), &out.shape, out.dtype)
+            else {
+                continue;
+            };
+            let Ok(slot) = slot.downcast::<B::FloatTensorPrimitive>() else {
+                continue;
+            };
+            placed.insert(out.id, *slot);
+            targets.insert(out.id, target);
+        }
+    }
+    let replay_stream = StreamId::current();
+    let capture_stream = StreamId {
+        value: replay_stream.value.wrapping_add(1),
+    };
+    let keep = Keep {
+        inputs: &kept,
+        placed: &placed,
+    };
+    let current =
+        capture_stream.executes(|| capture(inner, recorder, &replay, eager, markers, keep));
+    drop(placed);
+    let current = current?;
+    // The buffers of the new side: those it reads in place, its own copies of the others, and
+    // its outputs — in the buffers placed for them where the kernels wrote there.
+    let Current {
+        recorded,
+        inputs: refs,
+        freed,
+        outputs,
+        patched,
+        guarded,
+        guard_bits,
+        _inputs_held: statics,
+    } = current;
+    let mut new_reads = Vec::with_capacity(statics.len());
+    for (j, own) in statics.into_iter().enumerate() {
+        match reads[j] {
+            Some(b) => new_reads.push(b),
+            None => {
+                new_reads.push(alt.buffers.len());
+                alt.buffers.push(Buffer {
+                    tensor: own,
+                    holds: None,
+                    handed: false,
+                });
+            }
+        }
+    }
+    // Where the placed outputs were written: in their buffers, unless their kernel could not
+    // take one (it ran as its ops, or the target allocated its output).
+    let placed_at: Vec<(usize, usize)> = outputs
+        .iter()
+        .enumerate()
+        .filter_map(|(o, (op, pos, _))| {
+            let id = ops[*op as usize].outputs().nth(*pos as usize)?.id;
+            targets.get(&id).map(|t| (o, *t))
+        })
+        .collect();
+    let mut landed = vec![None; outputs.len()];
+    if !placed_at.is_empty() {
+        let pairs: Vec<&dyn Any> = placed_at
+            .iter()
+            .flat_map(|(o, t)| {
+                [
+                    outputs[*o].2.as_ref() as &dyn Any,
+                    alt.buffers[*t].tensor.as_ref() as &dyn Any,
+                ]
+            })
+            .collect();
+        let at = match recorder.addresses(&pairs) {
+            Ok(at) => at,
+            Err(reason) => {
+                drop(pairs);
+                recorder.release(recorded);
+                alt.buffers.truncate(buffers_before);
+                return Err(Failure::Capture(reason));
+            }
+        };
+        for (k, (o, t)) in placed_at.iter().enumerate() {
+            if at[2 * k] == at[2 * k + 1] {
+                landed[*o] = Some(*t);
+            }
+        }
+    }
+    let mut new_outputs = Vec::with_capacity(outputs.len());
+    for ((op, pos, tensor), landed) in outputs.into_iter().zip(landed) {
+        let b = match landed {
+            Some(target) => target,
+            None => {
+                alt.buffers.push(Buffer {
+                    tensor,
+                    holds: None,
+                    handed: false,
+                });
+                alt.buffers.len() - 1
+            }
+        };
+        new_outputs.push((op, pos, b));
+    }
+    let s = alt.sides.len();
+    alt.sides.push(Side {
+        recorded,
+        inputs: refs,
+        reads: new_reads,
+        freed,
+        outputs: new_outputs,
+        patched,
+        guarded,
+        guard_bits,
+    });
+    let launched = prepare(inner, recorder, alt, s, ops)
+        .and_then(|p| launch_side(inner, recorder, alt, s, ops, replay.table, p, false));
+    let failure = match launched {
+        Ok(true) => return Ok(s),
+        Ok(false) => Failure::Held("a buffer of the new recording is held elsewhere".into()),
+        Err(reason) => Failure::Capture(reason),
+    };
+    let side = alt.sides.pop().expect("pushed above");
+    recorder.release(side.recorded);
+    alt.buffers.truncate(buffers_before);
+    Err(failure)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use crate::inner::Member;
 use burn_compile_graph::{Activation, GraphKey};
 use burn_compile_schedule::Plan;
 use burn_ir::{BackendIr, OperationIr, TensorId};
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,13 +43,20 @@ pub fn execute_ops<B: BackendIr>(
 ) {
     let executable = inner.executable(plan, ops);
     let table = executable.scalar_table(ops);
-    let walk = |table: &[f64]| walk(inner, key, ops, plan, &executable, table);
+    let walk = |table: &[f64], placed: &Placed<B::FloatTensorPrimitive>| {
+        walk(inner, key, ops, plan, &executable, table, placed)
+    };
     let recorded = inner.reduce_overhead()
         && crate::recording::replay(inner, ops, plan, &executable, &table, walk);
     if !recorded {
-        walk(&table);
+        walk(&table, &FxHashMap::default());
     }
 }
+
+/// Buffers some graph outputs are written into instead of new ones (a recording's capture
+/// places outputs where the other recording of the plan reads them: [`crate::recording`]),
+/// keyed by the output's tensor id; each a slot tensor, as the slab's.
+pub type Placed<T> = FxHashMap<TensorId, T>;
 
 /// How a graph replayed for a whole step (burn-compile's `jit`) is bound to the caller's
 /// tensors: its ops keep the ids of the step's recording, private to the replay, and these
@@ -83,7 +91,17 @@ impl StepBinding {
         for id in &self.consumed {
             inner.release(*id);
         }
+        // The graph's ids are the same at every call: a recording that tells tensors apart by
+        // id (alternating recordings) sees the caller's, each naming one value.
+        let naming = inner.reduce_overhead() && inner.alternate_recordings();
+        if naming {
+            let named = self.inputs.iter().map(|(caller, graph)| (*graph, *caller));
+            inner.name_values(named.chain(self.outputs.iter().copied()).collect());
+        }
         execute_ops(inner, key, ops, plan);
+        if naming {
+            inner.name_values(FxHashMap::default());
+        }
         for (from, to) in &self.outputs {
             inner.alias(*from, *to);
         }
@@ -101,6 +119,7 @@ fn walk<B: BackendIr>(
     plan: &Arc<Plan>,
     executable: &Executable,
     scalars: &[f64],
+    placed: &Placed<B::FloatTensorPrimitive>,
 ) {
     let profiling = crate::profile::on();
     // The memory plan's buffers, reserved at once; dropped at the end of the replay (every
@@ -121,7 +140,7 @@ fn walk<B: BackendIr>(
                 scalars: (first, len),
             } => {
                 into.clear();
-                into.extend(slab_outputs(bindings, &slab));
+                into.extend(outputs_into(ops, bindings, &slab, placed));
                 let (first, len) = (*first as usize, *len as usize);
                 let group = &plan.fused[*group as usize];
                 inner.fused(ops, group, &into, &scalars[first..first + len])
@@ -136,7 +155,7 @@ fn walk<B: BackendIr>(
                             scalars: (first, len),
                         } => Some(Member {
                             group: &plan.fused[*group as usize],
-                            into: slab_outputs(bindings, &slab).collect(),
+                            into: outputs_into(ops, bindings, &slab, placed).collect(),
                             scalars: &scalars[*first as usize..(*first + *len) as usize],
                         }),
                         _ => None,
@@ -149,10 +168,7 @@ fn walk<B: BackendIr>(
                 bindings,
                 alpha,
             } => {
-                let into = bindings.iter().find_map(|b| match b {
-                    Binding::Write { slab: s, .. } => s.and_then(|s| slab.get(s as usize)),
-                    Binding::Read(_) => None,
-                });
+                let into = outputs_into(ops, bindings, &slab, placed).next().flatten();
                 let alpha = alpha.map_or(1.0, |a| scalars[a as usize]);
                 inner.library_matmul(ops, &plan.matmul[*group as usize], into, alpha)
             }
@@ -193,14 +209,25 @@ fn walk<B: BackendIr>(
     }
 }
 
-/// The slab buffers a kernel's outputs go to (`None`: allocated on their own), in output order.
-fn slab_outputs<'a, T>(
+/// The buffers a launch's outputs go to, in output order: its slab slot, else the buffer placed
+/// for it, else `None` (allocated on its own).
+fn outputs_into<'a, T>(
+    ops: &'a [OperationIr],
     bindings: &'a [Binding],
     slab: &'a [T],
+    placed: &'a Placed<T>,
 ) -> impl Iterator<Item = Option<&'a T>> + 'a {
     bindings.iter().filter_map(move |b| match b {
         Binding::Read(_) => None,
-        Binding::Write { slab: s, .. } => Some(s.and_then(|s| slab.get(s as usize))),
+        Binding::Write { slab: Some(s), .. } => Some(slab.get(*s as usize)),
+        Binding::Write { at, slab: None } => Some(if placed.is_empty() {
+            None
+        } else {
+            ops[at.op as usize]
+                .outputs()
+                .nth(at.pos as usize)
+                .and_then(|t| placed.get(&t.id))
+        }),
     })
 }
 

@@ -20,6 +20,7 @@ use burn_cubecl::cubecl::prelude::CubeCount;
 use burn_cubecl::cubecl::server::{Handle, KernelArguments};
 use burn_cubecl::cubecl::stream_id::StreamId;
 use burn_cubecl::tensor::CubeTensor;
+use burn_std::{Metadata, Shape, Strides};
 use cubecl_cuda::capture::{self, Recording};
 use cubecl_cuda::external::ExternalTask;
 use cudarc::driver::sys::CUstream;
@@ -99,6 +100,27 @@ impl ScalarBytes {
 
     fn as_slice(&self) -> &[u8] {
         &self.bytes[..self.len]
+    }
+}
+
+impl CudaRecorded {
+    /// The scalars that changed since the last launch, as (kernel, byte offset, bytes): written
+    /// before this launch (in its task: launches queued before it keep their values).
+    #[allow(clippy::type_complexity)]
+    fn scalar_writes(&self, scalars: &[f64]) -> Result<Vec<(usize, usize, Vec<u8>)>, String> {
+        let mut writes = Vec::new();
+        let mut sites = self.scalars.lock().unwrap_or_else(|e| e.into_inner());
+        if sites.len() != scalars.len() {
+            return Err("the recording's scalars differ from this replay's".into());
+        }
+        for (site, value) in sites.iter_mut().zip(scalars) {
+            let bytes = ScalarBytes::of(*value, site.dtype);
+            if bytes != site.written {
+                writes.push((site.kernel, site.offset, bytes.as_slice().to_vec()));
+                site.written = bytes;
+            }
+        }
+        Ok(writes)
     }
 }
 
@@ -263,22 +285,7 @@ impl GraphRecorder for CudaGraphs {
         if own.inputs.len() != inputs.len() || own.outputs.len() != outputs.len() {
             return Err("the recording's inputs or outputs differ from this replay's".into());
         }
-        // The scalars that changed since the last launch, written before this one (in the
-        // task: launches queued before it keep their values).
-        let mut writes = Vec::new();
-        {
-            let mut sites = own.scalars.lock().unwrap_or_else(|e| e.into_inner());
-            if sites.len() != scalars.len() {
-                return Err("the recording's scalars differ from this replay's".into());
-            }
-            for (site, value) in sites.iter_mut().zip(scalars) {
-                let bytes = ScalarBytes::of(*value, site.dtype);
-                if bytes != site.written {
-                    writes.push((site.kernel, site.offset, bytes.as_slice().to_vec()));
-                    site.written = bytes;
-                }
-            }
-        }
+        let writes = own.scalar_writes(scalars)?;
         let mut bindings = Vec::with_capacity(inputs.len() + outputs.len());
         let mut handles = Vec::with_capacity(inputs.len());
         for (t, (_, bytes)) in inputs.iter().zip(&own.inputs) {
@@ -371,6 +378,114 @@ impl GraphRecorder for CudaGraphs {
         );
         drop(held);
         Ok(made)
+    }
+
+    fn unshared(&self, t: &dyn Any) -> bool {
+        tensor(t).is_ok_and(|t| t.handle.can_mut())
+    }
+
+    fn copy_of(&self, t: &dyn Any) -> Result<Box<dyn Any + Send>, String> {
+        let source = tensor(t)?;
+        let made = self.like(t)?;
+        let copy = tensor(made.as_ref())?;
+        let bytes = needed(source);
+        let buffers = vec![copy.handle.clone(), source.handle.clone()];
+        let task = ExternalTask::new(Box::new(move |stream, pointers: &[u64]| {
+            capture::copy_each(stream, &[(pointers[0], pointers[1], bytes)])
+        }));
+        let bindings = buffers.into_iter().map(|h| h.binding()).collect();
+        self.client.launch(
+            Box::new(task),
+            CubeCount::Static(1, 1, 1),
+            KernelArguments::new().with_buffers(bindings),
+        );
+        Ok(made)
+    }
+
+    fn addresses(&self, tensors: &[&dyn Any]) -> Result<Vec<u64>, String> {
+        let buffers = tensors
+            .iter()
+            .map(|t| tensor(*t).map(|t| t.handle.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.on_stream(buffers, |_, pointers| pointers.to_vec())
+    }
+
+    fn slot(&self, t: &dyn Any, shape: &Shape, dtype: DType) -> Option<Box<dyn Any + Send>> {
+        let t = tensor(t).ok()?;
+        if t.dtype != dtype || t.meta.shape() != shape || !t.is_contiguous() || t.qparams.is_some()
+        {
+            return None;
+        }
+        let bytes = span(t) as usize;
+        Some(Box::new(Tensor::new(
+            t.client.clone(),
+            t.handle.clone(),
+            Metadata::new(Shape::new([bytes]), Strides::new(&[1])),
+            t.device.clone(),
+            DType::U8,
+        )))
+    }
+
+    fn launch_in_place(
+        &self,
+        recorded: &Arc<dyn Recorded>,
+        copies: &[(usize, &dyn Any)],
+        scalars: &[f64],
+    ) -> Result<(), String> {
+        let recorded = recorded.clone();
+        let own = (recorded.as_ref() as &dyn Any)
+            .downcast_ref::<CudaRecorded>()
+            .ok_or("not a CUDA recording")?;
+        let writes = own.scalar_writes(scalars)?;
+        let mut bindings = Vec::with_capacity(copies.len());
+        let mut targets = Vec::with_capacity(copies.len());
+        for (j, t) in copies {
+            let t = tensor(*t)?;
+            let (dst, bytes) = *own
+                .inputs
+                .get(*j)
+                .ok_or("an input index past the recording's inputs")?;
+            if needed(t) != bytes || span(t) < bytes {
+                return Err(format!(
+                    "an input holds {} bytes in a buffer of {}, {bytes} when recorded",
+                    needed(t),
+                    span(t)
+                ));
+            }
+            bindings.push(t.handle.clone().binding());
+            targets.push((dst, bytes));
+        }
+        let n = (own.inputs.len() - copies.len()) as u64;
+        COUNTERS
+            .recording_inputs_copied
+            .fetch_add(copies.len() as u64, Ordering::Relaxed);
+        COUNTERS
+            .recording_inputs_kept
+            .fetch_add(n, Ordering::Relaxed);
+        let task_recorded = Arc::clone(&recorded);
+        let call = move |stream: CUstream, pointers: &[u64]| -> Result<(), String> {
+            let own = (task_recorded.as_ref() as &dyn Any)
+                .downcast_ref::<CudaRecorded>()
+                .expect("checked above");
+            let recording = own.recording.as_ref().ok_or("the recording was released")?;
+            recording.patch(&writes)?;
+            if targets.is_empty() {
+                return recording.launch(stream);
+            }
+            let moves: Vec<(u64, u64, u64)> = targets
+                .iter()
+                .zip(pointers)
+                .map(|((dst, bytes), src)| (*dst, *src, *bytes))
+                .collect();
+            recording.launch_with_copies(stream, &moves, &[])
+        };
+        let task = ExternalTask::new(Box::new(call));
+        self.client.launch(
+            Box::new(task),
+            CubeCount::Static(1, 1, 1),
+            KernelArguments::new().with_buffers(bindings),
+        );
+        Ok(())
     }
 
     fn release(&self, recorded: Arc<dyn Recorded>) {

@@ -213,6 +213,33 @@ pub trait GraphRecorder: Send + Sync {
 
     /// Frees `recorded` once its launches have run.
     fn release(&self, recorded: Arc<dyn Recorded>);
+
+    /// Whether no tensor but `t` holds `t`'s buffer: writing it changes no tensor anyone else
+    /// holds.
+    fn unshared(&self, t: &dyn Any) -> bool;
+
+    /// A new buffer holding a copy of `t` (the copy ordered on this thread's stream), laid out
+    /// as `t`.
+    fn copy_of(&self, t: &dyn Any) -> Result<Box<dyn Any + Send>, String>;
+
+    /// The device address where each tensor's buffer starts.
+    fn addresses(&self, tensors: &[&dyn Any]) -> Result<Vec<u64>, String>;
+
+    /// A slot over `t`'s buffer (as the memory plan's slots are) for an output of `shape` and
+    /// `dtype`, when `t` is contiguous with that shape and dtype (so an output written there is
+    /// read back as `t`'s values).
+    fn slot(&self, t: &dyn Any, shape: &Shape, dtype: DType) -> Option<Box<dyn Any + Send>>;
+
+    /// Launches `recorded` reading its own inputs and writing its own outputs, both in place
+    /// (alternating recordings, [`crate::recording`]): `copies`, `(input index, this replay's
+    /// tensor)`, are copied into those inputs first; its kernel scalars set to `scalars` as in
+    /// [`GraphRecorder::launch`].
+    fn launch_in_place(
+        &self,
+        recorded: &Arc<dyn Recorded>,
+        copies: &[(usize, &dyn Any)],
+        scalars: &[f64],
+    ) -> Result<(), String>;
 }
 
 /// A recorded graph.
