@@ -13,7 +13,12 @@
 //!
 //! With one ([`strided_column_sum`]), each output has a cube of [`STRIDED_UNITS`] units that
 //! walk its `reduced` runs of `trailing` adjacent elements in order (adjacent units read
-//! adjacent elements), then add their partial sums pairwise in a fixed tree.
+//! adjacent elements), then add their partial sums pairwise in a fixed tree. Few outputs over
+//! many elements each (a batch norm's early layers: 64 channels of 802,816 elements on W3) would
+//! leave most of the device idle with one cube each: there the elements of each output are
+//! split into [`ColumnDims::splits`] consecutive chunks, a cube per chunk
+//! ([`strided_column_partials`], f32 partial sums), and a second launch adds each output's
+//! partial sums in chunk order ([`column_partials_total`]).
 //!
 //! Every sum is in f32, in an order fixed by the shape alone, so a replay gives the same bits
 //! every time.
@@ -28,6 +33,15 @@ pub const COLUMN_TILE: usize = 8;
 pub const COLUMN_GROUPS: usize = 32;
 /// Units per cube of [`strided_column_sum`] (a power of two: its partial sums add pairwise).
 pub const STRIDED_UNITS: usize = 256;
+/// Strided sums with at least this many outputs take one cube per output (enough cubes to fill
+/// the device: an H100 keeps about a thousand such cubes resident).
+pub const SPLIT_BELOW_COLUMNS: usize = 1024;
+/// Elements per chunk of a split strided sum (64 per unit).
+pub const SPLIT_ELEMENTS: usize = 64 * STRIDED_UNITS;
+/// Chunks per output at most.
+pub const MAX_SPLITS: usize = 256;
+/// Units per cube of [`column_partials_total`] (one output each).
+pub const TOTAL_UNITS: usize = 64;
 
 /// The dimensions a column sum is specialized on: `[outer, reduced, inner, trailing]` of its
 /// contiguous input; the output is `[outer, inner]`, contiguous, divided by `divisor`.
@@ -57,10 +71,26 @@ impl ColumnDims {
         self.trailing > 1
     }
 
-    /// Cubes of a launch.
+    /// The chunks each output's elements are split into, a cube each (1: one cube per output;
+    /// more only for strided sums with few outputs over many elements each).
+    pub fn splits(&self) -> usize {
+        if !self.strided() || self.columns() >= SPLIT_BELOW_COLUMNS {
+            return 1;
+        }
+        (self.reduced * self.trailing)
+            .div_ceil(SPLIT_ELEMENTS)
+            .clamp(1, MAX_SPLITS)
+    }
+
+    /// Elements of each chunk of a split sum (the last may be shorter).
+    pub fn chunk(&self) -> usize {
+        (self.reduced * self.trailing).div_ceil(self.splits())
+    }
+
+    /// Cubes of a launch (of the first launch, for a split sum).
     pub fn cubes(&self) -> usize {
         if self.strided() {
-            self.columns().max(1)
+            (self.columns() * self.splits()).max(1)
         } else {
             self.columns().div_ceil(COLUMN_TILE).max(1)
         }
@@ -178,6 +208,88 @@ pub fn strided_column_sum<F: Float>(
     }
 }
 
+/// Cube `(o, k, s)` (linear: `((o·inner + k)·splits + s)`): the f32 sum of chunk `s` of output
+/// `(o, k)`'s elements — those at `e` in `[s·chunk, (s + 1)·chunk)` of the `reduced · trailing`
+/// it sums, in the order of [`strided_column_sum`] — into `partials`.
+#[cube(launch_unchecked)]
+pub fn strided_column_partials<F: Float>(
+    input: &Array<F>,
+    partials: &mut Array<f32>,
+    #[comptime] reduced: usize,
+    #[comptime] inner: usize,
+    #[comptime] trailing: usize,
+    #[comptime] columns: usize,
+    #[comptime] splits: usize,
+    #[comptime] chunk: usize,
+) {
+    let unit = UNIT_POS_X as usize;
+    let units = comptime![STRIDED_UNITS];
+    let cube = CUBE_POS;
+    let column = cube / splits;
+    let split = cube % splits;
+    let mut partial = SharedMemory::<f32>::new(comptime![STRIDED_UNITS]);
+    let mut total = 0f32;
+    if column < columns {
+        let base =
+            (column / inner) * comptime![reduced * inner * trailing] + (column % inner) * trailing;
+        let start = split * chunk;
+        let mut end = start + chunk;
+        if end > comptime![reduced * trailing] {
+            end = comptime![reduced * trailing];
+        }
+        let mut e = start + unit;
+        while e < end {
+            let r = e / trailing;
+            let t = e % trailing;
+            total += f32::cast_from(input[base + r * comptime![inner * trailing] + t]);
+            e += units;
+        }
+    }
+    partial[unit] = total;
+    sync_cube();
+    #[unroll]
+    for level in 1..comptime![STRIDED_UNITS.trailing_zeros() as usize + 1] {
+        let half = comptime![STRIDED_UNITS >> level];
+        if unit < half {
+            partial[unit] += partial[unit + half];
+        }
+        sync_cube();
+    }
+    if unit == 0 && column < columns {
+        partials[cube] = partial[0];
+    }
+}
+
+/// Unit `c` (linear over the cubes): output `c`, the sum of its `splits` partial sums in chunk
+/// order, divided by `divisor`.
+#[cube(launch_unchecked)]
+pub fn column_partials_total<F: Float>(
+    partials: &Array<f32>,
+    output: &mut Array<F>,
+    #[comptime] columns: usize,
+    #[comptime] splits: usize,
+    #[comptime] divisor: usize,
+) {
+    let column = CUBE_POS * comptime![TOTAL_UNITS] + UNIT_POS_X as usize;
+    if column < columns {
+        let mut sum = 0f32;
+        for s in 0..splits {
+            sum += partials[column * splits + s];
+        }
+        if comptime![divisor > 1] {
+            sum /= f32::cast_from(comptime![divisor as u32]);
+        }
+        output[column] = F::cast_from(sum);
+    }
+}
+
+/// A grid of `cubes` cubes: past 65535 (wgpu's limit per dimension) it spills into y;
+/// `CUBE_POS` is the linear index, and the kernels' bound checks stop the cubes past the end.
+fn grid(cubes: usize) -> CubeCount {
+    let x = cubes.clamp(1, 65535);
+    CubeCount::Static(x as u32, cubes.div_ceil(x) as u32, 1)
+}
+
 /// Launches the column sum over `dims` ([`column_sum`], or [`strided_column_sum`] with a
 /// trailing dimension): `input` a buffer of `dims.elements()` contiguous elements, `output` one
 /// of `dims.columns()`.
@@ -190,16 +302,41 @@ pub unsafe fn launch_column_sum<R: Runtime, E: Float>(
     input: Handle,
     output: Handle,
 ) {
-    let cubes = dims.cubes();
-    // Past 65535 cubes (wgpu's limit per dimension) the grid spills into y; `CUBE_POS` is the
-    // linear index, and the kernel's bound check stops the cubes past the columns.
-    let x = cubes.clamp(1, 65535);
-    let cube_count = CubeCount::Static(x as u32, cubes.div_ceil(x) as u32, 1);
+    let cube_count = grid(dims.cubes());
     let [ux, uy] = dims.cube_dim();
     let cube_dim = CubeDim::new_2d(ux, uy);
-    // SAFETY: the caller's contract; the grid covers every column.
+    let splits = dims.splits();
+    // SAFETY: the caller's contract; the grid covers every column (and every chunk).
     unsafe {
         let input = ArrayArg::from_raw_parts(input, dims.elements());
+        if splits > 1 {
+            // Freed after the launches that read it (in stream order).
+            let partials = client.empty(dims.columns() * splits * 4);
+            strided_column_partials::launch_unchecked::<E, R>(
+                client,
+                cube_count,
+                cube_dim,
+                input,
+                ArrayArg::from_raw_parts(partials.clone(), dims.columns() * splits),
+                dims.reduced,
+                dims.inner,
+                dims.trailing,
+                dims.columns(),
+                splits,
+                dims.chunk(),
+            );
+            column_partials_total::launch_unchecked::<E, R>(
+                client,
+                grid(dims.columns().div_ceil(TOTAL_UNITS)),
+                CubeDim::new_1d(TOTAL_UNITS as u32),
+                ArrayArg::from_raw_parts(partials, dims.columns() * splits),
+                ArrayArg::from_raw_parts(output, dims.columns()),
+                dims.columns(),
+                splits,
+                dims.divisor,
+            );
+            return;
+        }
         let output = ArrayArg::from_raw_parts(output, dims.columns());
         if dims.strided() {
             strided_column_sum::launch_unchecked::<E, R>(
@@ -227,5 +364,39 @@ pub unsafe fn launch_column_sum<R: Runtime, E: Float>(
                 dims.divisor,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dims(outer: usize, reduced: usize, inner: usize, trailing: usize) -> ColumnDims {
+        ColumnDims {
+            outer,
+            reduced,
+            inner,
+            trailing,
+            divisor: 1,
+        }
+    }
+
+    /// W3's batch norms: the early layers' few channels of many elements are split (a cube per
+    /// 16,384 elements), the late layers' many channels are not, nor is a bias gradient.
+    #[test]
+    fn strided_sums_with_few_outputs_are_split_into_chunks() {
+        let early = dims(1, 256, 64, 56 * 56);
+        assert_eq!(early.splits(), 49);
+        assert_eq!(early.chunk(), 16_384);
+        assert_eq!(early.cubes(), 64 * 49);
+        let late = dims(1, 256, 2048, 7 * 7);
+        assert_eq!((late.splits(), late.cubes()), (1, 2048));
+        let small = dims(1, 256, 512, 7 * 7);
+        assert_eq!(small.splits(), 1, "12,544 elements fit one chunk");
+        let bias = dims(1, 4096, 512, 1);
+        assert_eq!((bias.splits(), bias.cubes()), (1, 64));
+        let huge = dims(1, 1 << 20, 1, 64);
+        assert_eq!(huge.splits(), MAX_SPLITS);
+        assert!(huge.chunk() * MAX_SPLITS >= (1 << 20) * 64);
     }
 }

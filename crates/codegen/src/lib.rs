@@ -827,16 +827,48 @@ pub fn cuda_horizontal_source(
     compile_cuda(definition, address)
 }
 
-/// The definition of the column sum over `dims`, as [`launch_column_sum`] launches it.
+/// The definitions of the column sum over `dims`, in launch order, as [`launch_column_sum`]
+/// launches them (two for a split sum: the partial sums, then their totals).
 fn define_column<Fl: Flavor, E: Float>(
     dims: ColumnDims,
-) -> (cubecl::prelude::KernelDefinition, StorageType) {
+) -> Vec<(cubecl::prelude::KernelDefinition, StorageType)> {
     let client = OfflineRuntime::<Fl>::client(&StubDevice);
     let [ux, uy] = dims.cube_dim();
     let settings = KernelSettings::default()
         .cube_dim(CubeDim::new_2d(ux, uy))
         .address_type(AddressType::U32);
     let array = || ArrayCompilationArg { inplace: None };
+    if dims.splits() > 1 {
+        let partials =
+            column::strided_column_partials::StridedColumnPartials::<E, OfflineRuntime<Fl>>::new(
+                settings,
+                client.clone(),
+                array(),
+                array(),
+                dims.reduced,
+                dims.inner,
+                dims.trailing,
+                dims.columns(),
+                dims.splits(),
+                dims.chunk(),
+            );
+        let totals =
+            column::column_partials_total::ColumnPartialsTotal::<E, OfflineRuntime<Fl>>::new(
+                KernelSettings::default()
+                    .cube_dim(CubeDim::new_1d(column::TOTAL_UNITS as u32))
+                    .address_type(AddressType::U32),
+                client,
+                array(),
+                array(),
+                dims.columns(),
+                dims.splits(),
+                dims.divisor,
+            );
+        return vec![
+            (partials.define(), partials.address_type()),
+            (totals.define(), totals.address_type()),
+        ];
+    }
     if dims.strided() {
         let k = column::strided_column_sum::StridedColumnSum::<E, OfflineRuntime<Fl>>::new(
             settings,
@@ -849,7 +881,7 @@ fn define_column<Fl: Flavor, E: Float>(
             dims.columns(),
             dims.divisor,
         );
-        return (k.define(), k.address_type());
+        return vec![(k.define(), k.address_type())];
     }
     let k = column::column_sum::ColumnSum::<E, OfflineRuntime<Fl>>::new(
         settings,
@@ -861,12 +893,25 @@ fn define_column<Fl: Flavor, E: Float>(
         dims.columns(),
         dims.divisor,
     );
-    (k.define(), k.address_type())
+    vec![(k.define(), k.address_type())]
 }
 
-/// The CUDA C++ source of the column sum of `dtype` over `dims`.
+/// The sources of `kernels`, each compiled by `compile`, in order (a comment line between two).
+fn sources(
+    kernels: Vec<(cubecl::prelude::KernelDefinition, StorageType)>,
+    compile: impl Fn(cubecl::prelude::KernelDefinition, StorageType) -> Result<String, CodegenError>,
+) -> Result<String, CodegenError> {
+    let mut out = Vec::with_capacity(kernels.len());
+    for (definition, address) in kernels {
+        out.push(compile(definition, address)?);
+    }
+    Ok(out.join("\n// then:\n"))
+}
+
+/// The CUDA C++ source of the column sum of `dtype` over `dims` (both kernels of a split sum,
+/// in launch order).
 pub fn cuda_column_source(dtype: DType, dims: ColumnDims) -> Result<String, CodegenError> {
-    let (definition, address) = match dtype {
+    let kernels = match dtype {
         DType::F32 | DType::Flex32 => define_column::<CudaFlavor, f32>(dims),
         DType::F16 => define_column::<CudaFlavor, half::f16>(dims),
         DType::BF16 => define_column::<CudaFlavor, half::bf16>(dims),
@@ -878,12 +923,13 @@ pub fn cuda_column_source(dtype: DType, dims: ColumnDims) -> Result<String, Code
             });
         }
     };
-    compile_cuda(definition, address)
+    sources(kernels, compile_cuda)
 }
 
-/// The WGSL source of the column sum of `dtype` over `dims`.
+/// The WGSL source of the column sum of `dtype` over `dims` (both kernels of a split sum, in
+/// launch order).
 pub fn wgsl_column_source(dtype: DType, dims: ColumnDims) -> Result<String, CodegenError> {
-    let (definition, address) = match dtype {
+    let kernels = match dtype {
         DType::F32 | DType::Flex32 => define_column::<WgslFlavor, f32>(dims),
         dtype => {
             return Err(CodegenError::UnsupportedDType {
@@ -892,7 +938,7 @@ pub fn wgsl_column_source(dtype: DType, dims: ColumnDims) -> Result<String, Code
             });
         }
     };
-    compile_wgsl(definition, address)
+    sources(kernels, compile_wgsl)
 }
 
 fn compile_cuda(

@@ -483,8 +483,10 @@ fn column_sum_bias_gradient() {
 }
 
 /// A batch norm's statistics: the mean over batch and space of `[64, 256, 56, 56]` per
-/// channel (W3's), read as `[1, 64, 256, 3136]` — one cube per channel walking its 64 runs of
-/// 3136 adjacent elements — in bf16 on CUDA and f32 on WGSL.
+/// channel (W3's), read as `[1, 64, 256, 3136]` — 256 channels of 200,704 elements each, so
+/// split: 13 cubes per channel summing chunks of 15,439 elements (adjacent units reading
+/// adjacent elements), then one unit per channel adding its 13 partial sums in order and
+/// dividing — in bf16 on CUDA and f32 on WGSL.
 #[test]
 fn column_mean_batch_norm_statistics() {
     let dims = burn_compile_codegen::ColumnDims {
@@ -506,6 +508,35 @@ fn column_mean_batch_norm_statistics() {
     assert_stage_snapshot!(
         "codegen",
         "column_mean_batch_norm_statistics.wgsl",
+        wgsl,
+        description
+    );
+}
+
+/// A batch norm's gradient sum on a late layer: `[256, 2048, 7, 7]` per channel (W3's last
+/// stage), read as `[1, 256, 2048, 49]` — 2048 channels, enough cubes: one cube per channel
+/// walking its 256 runs of 49 adjacent elements, no split — in bf16 on CUDA and f32 on WGSL.
+#[test]
+fn column_sum_batch_norm_late_layer() {
+    let dims = burn_compile_codegen::ColumnDims {
+        outer: 1,
+        reduced: 256,
+        inner: 2048,
+        trailing: 49,
+        divisor: 1,
+    };
+    let description = format!("strided column sum over {dims:?}");
+    let cuda = burn_compile_codegen::cuda_column_source(DType::BF16, dims).expect("CUDA source");
+    let wgsl = burn_compile_codegen::wgsl_column_source(DType::F32, dims).expect("WGSL source");
+    assert_stage_snapshot!(
+        "codegen",
+        "column_sum_batch_norm_late_layer.cuda",
+        cuda,
+        description.clone()
+    );
+    assert_stage_snapshot!(
+        "codegen",
+        "column_sum_batch_norm_late_layer.wgsl",
         wgsl,
         description
     );

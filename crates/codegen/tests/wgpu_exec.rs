@@ -432,8 +432,10 @@ fn horizontal_kernels_compute_each_members_own_outputs_on_wgpu() {
 /// cubes), a broadcast gradient with an outer dimension (`[3, 5, 37]`), one row (`[1, 1, 9]`),
 /// more columns than 65535 cubes take (`[1, 2, 600_000]`: the grid spills into y), a mean; and
 /// the strided ones, summing a trailing dimension too: with an outer dimension
-/// (`[2, 3, 5, 7]`), a batch norm's mean (`[1, 64, 6, 49]` divided by 64 · 49) and runs longer
-/// than a cube's 256 units (`[1, 3, 2, 1000]`).
+/// (`[2, 3, 5, 7]`), a batch norm's mean (`[1, 64, 6, 49]` divided by 64 · 49), runs longer
+/// than a cube's 256 units (`[1, 3, 2, 1000]`), and sums split into chunks (few outputs of
+/// many elements: `[1, 40, 3, 1000]`, 3 chunks, a mean; `[2, 17, 5, 1031]`, 2 chunks of
+/// 8,764 and 8,763, each starting inside a run).
 #[test]
 fn column_sums_match_a_host_sum_on_wgpu() {
     let Some(client) = client() else { return };
@@ -446,6 +448,8 @@ fn column_sums_match_a_host_sum_on_wgpu() {
         [2, 3, 5, 7, 1],
         [1, 64, 6, 49, 64 * 49],
         [1, 3, 2, 1000, 1],
+        [1, 40, 3, 1000, 40 * 1000],
+        [2, 17, 5, 1031, 1],
     ];
     for (i, [outer, reduced, inner, trailing, divisor]) in cases.into_iter().enumerate() {
         let dims = burn_compile_codegen::ColumnDims {
@@ -476,7 +480,7 @@ fn column_sums_match_a_host_sum_on_wgpu() {
                     .sum();
                 let want = sum / divisor as f64;
                 let g = got[o * inner + c] as f64;
-                // f32 accumulation of up to 3136 values in [-2, 2].
+                // f32 accumulation of up to 40,000 values in [-2, 2].
                 let summed = (reduced * trailing) as f64;
                 assert!(
                     (g - want).abs() <= (1e-4 + 1e-5 * summed) / divisor as f64,
