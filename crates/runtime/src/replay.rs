@@ -248,3 +248,63 @@ pub fn execute_one<B: BackendIr>(inner: &InnerDevice<B>, op: OperationIr) {
         None => inner.execute(&op),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_backend::{DType, Shape};
+    use burn_compile_schedule::Slot;
+    use burn_ir::{NumericOperationIr, ScalarIr, ScalarOpIr, TensorIr, TensorStatus};
+
+    fn t(id: u64) -> TensorIr {
+        TensorIr {
+            id: TensorId::new(id),
+            shape: Shape::from(vec![4]),
+            status: TensorStatus::ReadOnly,
+            dtype: DType::F32,
+        }
+    }
+
+    fn add(lhs: u64, out: u64) -> OperationIr {
+        OperationIr::NumericFloat(
+            DType::F32,
+            NumericOperationIr::AddScalar(ScalarOpIr {
+                lhs: t(lhs),
+                rhs: ScalarIr::Float(1.0),
+                out: t(out),
+            }),
+        )
+    }
+
+    /// A launch's outputs go to their memory-plan slot first, else to the buffer placed for
+    /// their tensor (a recording's capture), else nowhere given (allocated); reads take none.
+    #[test]
+    fn outputs_go_to_their_slot_else_their_placed_buffer() {
+        let ops = [add(1, 2), add(2, 3), add(3, 4)];
+        let slot = |op, pos| Slot { op, pos };
+        let bindings = [
+            Binding::Read(slot(0, 0)),
+            Binding::Write {
+                at: slot(0, 0),
+                slab: Some(1),
+            },
+            Binding::Write {
+                at: slot(1, 0),
+                slab: None,
+            },
+            Binding::Write {
+                at: slot(2, 0),
+                slab: None,
+            },
+        ];
+        let slab = ["slab 0", "slab 1"];
+        let mut placed = Placed::default();
+        placed.insert(TensorId::new(3), "placed for 3");
+        placed.insert(TensorId::new(2), "placed for 2, which has a slot");
+        let got: Vec<_> = outputs_into(&ops, &bindings, &slab, &placed).collect();
+        assert_eq!(got, [Some(&"slab 1"), Some(&"placed for 3"), None]);
+        let none = Placed::default();
+        let got: Vec<_> = outputs_into(&ops, &bindings, &slab, &none).collect();
+        assert_eq!(got, [Some(&"slab 1"), None, None]);
+    }
+}
