@@ -160,29 +160,30 @@ pub fn column_sum<F: Float>(
     }
 }
 
-/// One cube per output `(o, k)`: the sum over `r` and `t` of `input[o, r, k, t]`, the units
-/// walking the `reduced` runs of `trailing` adjacent elements in order, then adding their
-/// partial sums pairwise.
-#[cube(launch_unchecked)]
-pub fn strided_column_sum<F: Float>(
+/// The f32 sum, over the cube, of the elements at `e` in `[start, end)` of output `column`'s
+/// `reduced · trailing` (none where `valid` is false): the units walk them in order (adjacent
+/// units read adjacent elements), then add their partial sums pairwise in a fixed tree. Every
+/// unit returns it.
+#[cube]
+fn cube_sum_of_range<F: Float>(
     input: &Array<F>,
-    output: &mut Array<F>,
+    column: usize,
+    start: usize,
+    end: usize,
+    valid: bool,
     #[comptime] reduced: usize,
     #[comptime] inner: usize,
     #[comptime] trailing: usize,
-    #[comptime] columns: usize,
-    #[comptime] divisor: usize,
-) {
+) -> f32 {
     let unit = UNIT_POS_X as usize;
     let units = comptime![STRIDED_UNITS];
-    let column = CUBE_POS;
     let mut partial = SharedMemory::<f32>::new(comptime![STRIDED_UNITS]);
     let mut total = 0f32;
-    if column < columns {
+    if valid {
         let base =
             (column / inner) * comptime![reduced * inner * trailing] + (column % inner) * trailing;
-        let mut e = unit;
-        while e < comptime![reduced * trailing] {
+        let mut e = start + unit;
+        while e < end {
             let r = e / trailing;
             let t = e % trailing;
             total += f32::cast_from(input[base + r * comptime![inner * trailing] + t]);
@@ -199,8 +200,34 @@ pub fn strided_column_sum<F: Float>(
         }
         sync_cube();
     }
-    if unit == 0 && column < columns {
-        let mut sum = partial[0];
+    partial[0]
+}
+
+/// One cube per output `(o, k)`: the sum over `r` and `t` of `input[o, r, k, t]`, the units
+/// walking the `reduced` runs of `trailing` adjacent elements in order, then adding their
+/// partial sums pairwise.
+#[cube(launch_unchecked)]
+pub fn strided_column_sum<F: Float>(
+    input: &Array<F>,
+    output: &mut Array<F>,
+    #[comptime] reduced: usize,
+    #[comptime] inner: usize,
+    #[comptime] trailing: usize,
+    #[comptime] columns: usize,
+    #[comptime] divisor: usize,
+) {
+    let column = CUBE_POS;
+    let mut sum = cube_sum_of_range::<F>(
+        input,
+        column,
+        0,
+        comptime![reduced * trailing],
+        column < columns,
+        reduced,
+        inner,
+        trailing,
+    );
+    if UNIT_POS_X == 0 && column < columns {
         if comptime![divisor > 1] {
             sum /= f32::cast_from(comptime![divisor as u32]);
         }
@@ -222,41 +249,25 @@ pub fn strided_column_partials<F: Float>(
     #[comptime] splits: usize,
     #[comptime] chunk: usize,
 ) {
-    let unit = UNIT_POS_X as usize;
-    let units = comptime![STRIDED_UNITS];
     let cube = CUBE_POS;
     let column = cube / splits;
-    let split = cube % splits;
-    let mut partial = SharedMemory::<f32>::new(comptime![STRIDED_UNITS]);
-    let mut total = 0f32;
-    if column < columns {
-        let base =
-            (column / inner) * comptime![reduced * inner * trailing] + (column % inner) * trailing;
-        let start = split * chunk;
-        let mut end = start + chunk;
-        if end > comptime![reduced * trailing] {
-            end = comptime![reduced * trailing];
-        }
-        let mut e = start + unit;
-        while e < end {
-            let r = e / trailing;
-            let t = e % trailing;
-            total += f32::cast_from(input[base + r * comptime![inner * trailing] + t]);
-            e += units;
-        }
+    let start = (cube % splits) * chunk;
+    let mut end = start + chunk;
+    if end > comptime![reduced * trailing] {
+        end = comptime![reduced * trailing];
     }
-    partial[unit] = total;
-    sync_cube();
-    #[unroll]
-    for level in 1..comptime![STRIDED_UNITS.trailing_zeros() as usize + 1] {
-        let half = comptime![STRIDED_UNITS >> level];
-        if unit < half {
-            partial[unit] += partial[unit + half];
-        }
-        sync_cube();
-    }
-    if unit == 0 && column < columns {
-        partials[cube] = partial[0];
+    let sum = cube_sum_of_range::<F>(
+        input,
+        column,
+        start,
+        end,
+        column < columns,
+        reduced,
+        inner,
+        trailing,
+    );
+    if UNIT_POS_X == 0 && column < columns {
+        partials[cube] = sum;
     }
 }
 

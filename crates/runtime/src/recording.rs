@@ -201,18 +201,20 @@ fn replay_with<B: BackendIr>(
             refuse(state, reason);
             false
         }
-        Err(Failure::Capture(reason) | Failure::Held(reason)) => {
-            // Markers that could not be placed are the likeliest cause: the next recording
-            // holds the real scalars, guarded.
-            state.no_markers = true;
-            COUNTERS.recording_fallbacks.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(
-                target: "burn_compile::recordings",
-                "recording failed ({reason}); this replay runs launch by launch"
-            );
-            false
-        }
+        Err(Failure::Capture(reason) | Failure::Held(reason)) => capture_failed(state, &reason),
     }
+}
+
+/// A capture that failed: this replay runs launch by launch (`false`). Markers that could not
+/// be placed are the likeliest cause: the next recording holds the real scalars, guarded.
+fn capture_failed(state: &mut PlanRecording, reason: &str) -> bool {
+    state.no_markers = true;
+    COUNTERS.recording_fallbacks.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(
+        target: "burn_compile::recordings",
+        "recording failed ({reason}); this replay runs launch by launch"
+    );
+    false
 }
 
 /// Counts a recording about to be made; `false` (and the plan refused) past [`RECORD_LIMIT`].
@@ -846,15 +848,7 @@ fn alternate<B: BackendIr>(
             refuse(state, reason);
             false
         }
-        Err(Failure::Capture(reason)) => {
-            state.no_markers = true;
-            COUNTERS.recording_fallbacks.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(
-                target: "burn_compile::recordings",
-                "recording failed ({reason}); this replay runs launch by launch"
-            );
-            false
-        }
+        Err(Failure::Capture(reason)) => capture_failed(state, &reason),
         Err(Failure::Held(reason)) => {
             // A new recording's buffers are its own or the other's copies of inputs: one
             // held elsewhere is a view shared by two of its tensors, for good.
