@@ -46,6 +46,10 @@ pub struct CompileConfig {
     /// cuBLASLt on CUDA. `false` keeps the inner backend's own matmul (cubek), which is also
     /// what runs on wgpu and where cuBLASLt cannot be loaded (`BURN_COMPILE_LIBRARY_MATMUL`).
     pub library_matmul: bool,
+    /// A linear layer's bias gradient comes out of its weight gradient's library call (CUDA:
+    /// cuBLASLt's bias-gradient epilogue, `BGRADA`) rather than a column sum of its own
+    /// (`BURN_COMPILE_BIAS_GRADIENT_EPILOGUE`); only with [`Self::library_matmul`].
+    pub bias_gradient_epilogue: bool,
     /// Run 2-D convolutions (`conv2d`, and the gradients of its input and weight) as cuDNN calls
     /// on CUDA (`BURN_COMPILE_CUDNN`). cuDNN is loaded at run time the first time a convolution
     /// asks for it; where it cannot be loaded (one warning), and for what it does not take
@@ -260,6 +264,7 @@ impl Default for CompileConfig {
             common_subexpressions: true,
             fusion: true,
             library_matmul: true,
+            bias_gradient_epilogue: true,
             cudnn: true,
             pad_matmul_dims: true,
             attention: true,
@@ -395,6 +400,9 @@ impl CompileConfig {
         }
         if let Some((k, v)) = get("BURN_COMPILE_LIBRARY_MATMUL") {
             self.library_matmul = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_BIAS_GRADIENT_EPILOGUE") {
+            self.bias_gradient_epilogue = parse_bool(&k, &v)?;
         }
         if let Some((k, v)) = get("BURN_COMPILE_CUDNN") {
             self.cudnn = parse_bool(&k, &v)?;
@@ -657,6 +665,7 @@ mod tests {
                 ("BURN_COMPILE_RECOMPILE_LIMIT", "0"),
                 ("BURN_COMPILE_CUDNN", "0"),
                 ("BURN_COMPILE_PAD_MATMUL_DIMS", "off"),
+                ("BURN_COMPILE_BIAS_GRADIENT_EPILOGUE", "false"),
             ]))
             .unwrap();
         assert_eq!(config.c_compiler.as_deref(), Some("clang"));
@@ -683,6 +692,8 @@ mod tests {
         assert!(CompileConfig::default().cudnn);
         assert!(!config.pad_matmul_dims && !config.runtime().pad_matmul_dims);
         assert!(CompileConfig::default().pad_matmul_dims);
+        assert!(!config.bias_gradient_epilogue);
+        assert!(CompileConfig::default().bias_gradient_epilogue);
         assert_eq!(
             CompileConfig::default().recording_copies,
             RecordingCopies::Each

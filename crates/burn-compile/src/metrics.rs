@@ -34,7 +34,8 @@ pub struct Metrics {
     pub ops_eliminated: u64,
     /// Ops run eagerly outside graphs (eager stance, unsupported ops).
     pub eager_ops: u64,
-    /// Generated kernels that failed to compile or launch (their ops ran on the inner backend).
+    /// Generated kernels that failed to compile or launch (their ops ran on the inner backend),
+    /// and library calls run without a fused epilogue the library refused (a bias gradient).
     pub kernel_fallbacks: u64,
     /// 2-D convolution passes (forward, input or weight gradient) that ran as one cuDNN call
     /// ([`crate::CompileConfig::cudnn`]; the others ran on the inner backend).

@@ -39,6 +39,7 @@ struct PlanConfig {
     common_subexpressions: bool,
     fusion: bool,
     library_matmul: bool,
+    bias_gradient_epilogue: bool,
     attention: bool,
     attention_f32: bool,
     memory_planning: bool,
@@ -56,6 +57,7 @@ impl From<&CompileConfig> for PlanConfig {
             common_subexpressions: c.common_subexpressions,
             fusion: c.fusion,
             library_matmul: c.library_matmul,
+            bias_gradient_epilogue: c.bias_gradient_epilogue,
             attention: c.attention,
             attention_f32: c.attention_f32,
             memory_planning: c.memory_planning,
@@ -477,13 +479,21 @@ impl PlanCache {
         let attention = accepts
             .attention
             .map(|accepts| move |g: &AttentionGroup| config.attention_for(g.dtype) && accepts(g));
+        let matmul = accepts
+            .matmul
+            .filter(|_| config.library_matmul)
+            .map(|accepts| {
+                move |g: &MatmulGroup| {
+                    (config.bias_gradient_epilogue || g.bias_grad.is_none()) && accepts(g)
+                }
+            });
         let options = ScheduleOptions {
             dead_code_elimination: config.dead_code_elimination,
             common_subexpressions: config.common_subexpressions,
             fused: accepts.fused.filter(|_| config.fusion),
             max_kernel_buffers: accepts.max_kernel_buffers,
             horizontal: config.horizontal_fusion,
-            matmul: accepts.matmul.filter(|_| config.library_matmul),
+            matmul: matmul.as_ref().map(|f| f as _),
             // A symbolic plan's attention tuning and memory slab would be sized per problem.
             attention: attention.as_ref().filter(|_| !is_symbolic).map(|f| f as _),
             column: accepts.column.filter(|_| config.column_sums),

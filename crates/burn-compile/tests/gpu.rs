@@ -962,7 +962,8 @@ fn gpu_products_on_zero_padded_operands_match_eager() {
 
 /// A linear layer's bias gradient and the gradients of a layer norm's γ and β (broadcast
 /// along batch and sequence, summed back by Burn's autodiff one dimension at a time) run as
-/// column sums: one kernel for the bias, one for each of γ's and β's chains of two sums.
+/// column sums: one kernel for each of γ's and β's chains of two sums, and one for the bias
+/// where no library matmul computes it (wgpu; on CUDA the weight gradient's call does).
 #[test]
 fn gpu_bias_and_layer_norm_gradients_are_column_sums_and_match_eager() {
     if !adapter_available() {
@@ -999,12 +1000,16 @@ fn gpu_bias_and_layer_norm_gradients_are_column_sums_and_match_eager() {
     let before = burn_compile::metrics();
     let (got, report) = explain(|| grads::<Autodiff<C>>(&d));
     let columns: usize = report.graphs.iter().map(|g| g.column_kernels).sum();
+    let expected = 3 - library(1);
     assert!(
-        columns >= 3,
-        "the bias, γ and β gradients are column sums: {report}"
+        columns >= expected,
+        "the γ and β gradients (and the bias's without a library matmul) are column sums: {report}"
     );
     let ran = burn_compile::metrics().since(&before).column_kernels;
-    assert!(ran >= 3, "each ran as a kernel, not as its sums: {ran}");
+    assert!(
+        ran >= expected as u64,
+        "each ran as a kernel, not as its sums: {ran}"
+    );
     let want = grads::<Autodiff<Eager>>(&d);
     // Through the layer norm's backward (row kernels against eager's reductions, each summing
     // in its own order) the gradients of a 96-row batch differ by ~2e-4 relative.
@@ -1012,6 +1017,107 @@ fn gpu_bias_and_layer_norm_gradients_are_column_sums_and_match_eager() {
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         println!("checking gradient {i}");
         g.assert_approx_eq::<f32>(w, tol);
+    }
+}
+
+/// A linear layer's bias gradient, `Σ_rows dy`, comes out of the weight gradient's library call
+/// on CUDA (cuBLASLt's bias-gradient epilogue): no column sum and no launch of its own, no
+/// fallback. On wgpu (no library matmul) it is a column sum. Row counts as W1's (4096) and odd
+/// ones, features a multiple of 8 and not; f32 (against eager f32, within the TF32 tolerance
+/// of the other library tests) and, on CUDA, bf16: against eager f32 over the same
+/// bf16-rounded data (eager bf16 rounds its own way), within 2 % relative and 5e-2 absolute
+/// (each output rounded to 8 bits of mantissa, ~0.4 %, after sums of up to 4096 terms).
+#[test]
+fn gpu_bias_gradients_come_out_of_the_weight_gradients_call_and_match_eager() {
+    use burn::tensor::DType;
+    if !adapter_available() {
+        return;
+    }
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(
+        d: &[TensorData; 4],
+        dtype: DType,
+    ) -> Vec<TensorData> {
+        let device = Default::default();
+        let x = Tensor::<B, 3>::from_data(d[0].clone(), (&device, dtype)).require_grad();
+        let w = Tensor::<B, 2>::from_data(d[1].clone(), (&device, dtype)).require_grad();
+        let b = Tensor::<B, 1>::from_data(d[2].clone(), (&device, dtype)).require_grad();
+        let r = Tensor::<B, 3>::from_data(d[3].clone(), (&device, dtype));
+        let y = linear(x.clone(), w.clone(), Some(b.clone()));
+        let g = (y.clone() * r).sum().backward();
+        [
+            y.into_data(),
+            x.grad(&g).unwrap().into_data(),
+            w.grad(&g).unwrap().into_data(),
+            b.grad(&g).unwrap().into_data(),
+        ]
+        .into_iter()
+        .map(|t| t.convert::<f32>())
+        .collect()
+    }
+    /// `d` rounded to `dtype`, as f32.
+    fn rounded(d: TensorData, dtype: DType) -> TensorData {
+        match dtype {
+            DType::BF16 => d.convert::<burn::tensor::bf16>().convert::<f32>(),
+            _ => d,
+        }
+    }
+    let mut cases = vec![
+        ([8, 512, 64], 96, DType::F32),
+        ([3, 37, 24], 40, DType::F32),
+    ];
+    if cfg!(feature = "cuda") {
+        cases.extend([
+            ([8, 512, 64], 96, DType::BF16),
+            ([3, 37, 24], 20, DType::BF16),
+        ]);
+    }
+    for (i, (x_shape, features, dtype)) in cases.into_iter().enumerate() {
+        println!("case {i}: x {x_shape:?}, {features} features, {dtype:?}");
+        let seed = 900 + 10 * i as u64;
+        let [_, _, k] = x_shape;
+        let shapes = [
+            x_shape.to_vec(),
+            vec![k, features],
+            vec![features],
+            vec![x_shape[0], x_shape[1], features],
+        ];
+        let ranges = [(-1.0, 1.0), (-0.5, 0.5), (-0.5, 0.5), (-1.0, 1.0)];
+        let d: [TensorData; 4] = std::array::from_fn(|j| {
+            let (lo, hi) = ranges[j];
+            // Both sides read the same values: those the compiled side's dtype holds.
+            rounded(
+                support::float_data(&shapes[j], seed + j as u64, lo, hi),
+                dtype,
+            )
+        });
+        let before = burn_compile::metrics();
+        let (got, report) = explain(|| grads::<Autodiff<C>>(&d, dtype));
+        let since = burn_compile::metrics().since(&before);
+        let fused = report
+            .graphs
+            .iter()
+            .flat_map(|g| &g.kernels)
+            .filter(|k| k.contains("epilogue bias gradient"))
+            .count();
+        assert_eq!(fused, library(1), "{report}");
+        assert_eq!(since.kernel_fallbacks, 0, "the call took its epilogue");
+        if cfg!(feature = "cuda") {
+            assert_eq!(since.column_kernels, 0, "no column sum ran: {report}");
+        } else {
+            assert!(
+                since.column_kernels >= 1,
+                "the bias gradient is a column sum"
+            );
+        }
+        let want = grads::<Autodiff<Eager>>(&d, DType::F32);
+        let tol = match dtype {
+            DType::BF16 => Tolerance::relative(2e-2).set_absolute(5e-2),
+            _ => tol(),
+        };
+        for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+            println!("checking output {j}");
+            g.assert_approx_eq::<f32>(w, tol);
+        }
     }
 }
 

@@ -54,8 +54,8 @@ pub enum Launch {
     /// Horizontal group `group`: its members' kernels (each a [`Launch::Kernel`]) as one
     /// launch where the target takes it, else one by one.
     Horizontal { group: u32, kernels: Vec<Launch> },
-    /// Library matmul group `group` (cuBLASLt): its operands, its residual, its output, and α
-    /// (an index in the scalar table; none: 1).
+    /// Library matmul group `group` (cuBLASLt): its operands, its residual, its output (then a
+    /// fused bias gradient's), and α (an index in the scalar table; none: 1).
     Matmul {
         group: u32,
         bindings: Vec<Binding>,
@@ -153,6 +153,11 @@ impl Executable {
                                 pos: 0,
                             },
                             slab: plan.memory.matmul.get(*group as usize).copied().flatten(),
+                        }))
+                        // A fused bias gradient: the call's second output, on its own.
+                        .chain(g.bias_grad.map(|op| Binding::Write {
+                            at: Slot { op, pos: 0 },
+                            slab: None,
                         }))
                         .collect();
                     Launch::Matmul {

@@ -380,16 +380,18 @@ impl<B: BackendIr> InnerDevice<B> {
     /// Runs a library matmul step: the library call with its epilogue, or its operations one
     /// by one where the library cannot take these layouts (silently: a layout, not a failure),
     /// or after a refused call (a warning: the target refuses that call shape silently from
-    /// then on; an error when strict).
+    /// then on; an error when strict). `into`: the plan's buffers for the product and for a
+    /// fused bias gradient, where it has them. A fused bias gradient the library does not take
+    /// for this call shape runs on the inner backend after a call without it.
     pub fn library_matmul(
         &self,
         ops: &[OperationIr],
         group: &MatmulGroup,
-        into: Option<&B::FloatTensorPrimitive>,
+        into: [Option<&B::FloatTensorPrimitive>; 2],
         alpha: f64,
     ) {
         let strict = self.strict.load(Ordering::Relaxed);
-        let error = match self.try_matmul(ops, group, into, alpha) {
+        let mut error = match self.try_matmul(ops, group, into, alpha) {
             Ok(true) => {
                 crate::counters::count(&crate::counters::COUNTERS.kernels_launched);
                 return;
@@ -397,6 +399,32 @@ impl<B: BackendIr> InnerDevice<B> {
             Ok(false) => None,
             Err(e) => Some(e),
         };
+        if let Some(bias_grad) = group.bias_grad {
+            let product = MatmulGroup {
+                bias_grad: None,
+                ..group.clone()
+            };
+            if let Some(e) = &error {
+                // Once per call shape: the library refuses it silently from then on.
+                tracing::info!(
+                    target: "burn_compile::output_code",
+                    "burn-compile: {}: the library has no bias-gradient epilogue for this call \
+                     ({e}); the bias gradient runs on its own",
+                    group.summary()
+                );
+            }
+            match self.try_matmul(ops, &product, [into[0], None], alpha) {
+                Ok(true) => {
+                    crate::counters::count(&crate::counters::COUNTERS.kernels_launched);
+                    // The fused bias gradient did not run as planned.
+                    crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
+                    crate::replay::execute_one(self, ops[bias_grad as usize].clone());
+                    return;
+                }
+                Ok(false) => error = None,
+                Err(e) => error = Some(e),
+            }
+        }
         if let Some(error) = error {
             let message = failure("a library matmul", &error, strict, &group.summary());
             tracing::warn!(target: "burn_compile::output_code", "{message}");
@@ -412,7 +440,7 @@ impl<B: BackendIr> InnerDevice<B> {
         &self,
         ops: &[OperationIr],
         group: &MatmulGroup,
-        into: Option<&B::FloatTensorPrimitive>,
+        into: [Option<&B::FloatTensorPrimitive>; 2],
         alpha: f64,
     ) -> Result<bool, String> {
         let target = self.plan_target();
@@ -421,6 +449,12 @@ impl<B: BackendIr> InnerDevice<B> {
             .outputs()
             .next()
             .expect("a matmul has an output");
+        let bias_grad: Option<&TensorIr> = group.bias_grad.map(|b| {
+            ops[b as usize]
+                .outputs()
+                .next()
+                .expect("a bias gradient has an output")
+        });
         let tensors: Vec<&TensorIr> = op.inputs().collect();
         let residual: Option<&TensorIr> = group.residual.map(|r| {
             ops[r.op as usize]
@@ -448,14 +482,32 @@ impl<B: BackendIr> InnerDevice<B> {
             out_shape: &out.shape,
             into,
         };
-        let Some(result) = target.launch(work)?.and_then(|mut o| o.pop()) else {
+        let Some(mut results) = target.launch(work)? else {
             return Ok(false);
         };
         drop((inputs, residual_tensor));
+        let expected = 1 + bias_grad.is_some() as usize;
+        if results.len() != expected {
+            return Err(format!(
+                "the library matmul returned {} outputs, not {expected}",
+                results.len()
+            ));
+        }
+        if let Some(t) = bias_grad {
+            let result = results.pop().expect("counted above");
+            handles.register_handle(t.id, B::float_tensor_handle(result));
+        }
+        let result = results.pop().expect("counted above");
         handles.register_handle(out.id, B::float_tensor_handle(result));
         // What the operations consumed (their inputs' last uses) is freed, as it would have
         // been; the products between the fused operations never had a handle.
-        for t in tensors.into_iter().chain(residual) {
+        let bias_grad_input = group.bias_grad.map(|b| {
+            ops[b as usize]
+                .inputs()
+                .next()
+                .expect("the bias gradient's dy")
+        });
+        for t in tensors.into_iter().chain(residual).chain(bias_grad_input) {
             if t.status == burn_ir::TensorStatus::ReadWrite {
                 handles.remove_handle(t.id);
             }

@@ -168,9 +168,11 @@ fn walk<B: BackendIr>(
                 bindings,
                 alpha,
             } => {
-                let into = outputs_into(ops, bindings, &slab, placed).next().flatten();
+                let mut into = outputs_into(ops, bindings, &slab, placed);
+                let (product, bias_grad) = (into.next().flatten(), into.next().flatten());
                 let alpha = alpha.map_or(1.0, |a| scalars[a as usize]);
-                inner.library_matmul(ops, &plan.matmul[*group as usize], into, alpha)
+                let group = &plan.matmul[*group as usize];
+                inner.library_matmul(ops, group, [product, bias_grad], alpha)
             }
             Launch::Attention { group, .. } => {
                 inner.attention(ops, &plan.attention[*group as usize])

@@ -717,3 +717,84 @@ fn w1_library_calls_snapshot() {
     }
     assert_stage_snapshot!("schedule", "w1_library_calls", text);
 }
+
+/// A linear layer's backward as autodiff records it: `dx = dy @ Wᵀ`, `dW = Σ xᵀ @ dy`, then
+/// `db = Σ_rows dy` (consuming `dy`), with `between` placed before the bias gradient.
+fn linear_backward(between: Vec<OperationIr>) -> Vec<OperationIr> {
+    let (x, dy) = (&[2, 16, 32][..], &[2, 16, 64][..]);
+    let mut ops = vec![
+        OperationIr::Module(ModuleOperationIr::LinearXBackward(LinearXBackwardOpIr {
+            weight: t(2, &[32, 64], ReadOnly),
+            output_grad: t(3, dy, ReadOnly),
+            out: out(4, x),
+        })),
+        OperationIr::Module(ModuleOperationIr::LinearWeightBackward(
+            LinearWeightBackwardOpIr {
+                x: t(1, x, ReadWrite),
+                output_grad: t(3, dy, ReadOnly),
+                out: out(5, &[32, 64]),
+            },
+        )),
+    ];
+    ops.extend(between);
+    ops.push(support::linear_bias_backward(t(3, dy, ReadWrite), 6));
+    ops
+}
+
+#[test]
+fn a_weight_gradients_call_computes_the_bias_gradient_of_its_dy() {
+    use support::plan_with_matmul_and_columns;
+    let p = plan_with_matmul_and_columns(&linear_backward(Vec::new()));
+    // Two calls, no column sum: the bias gradient is the weight gradient's second output.
+    assert_eq!(
+        p.steps,
+        vec![Step::Matmul { group: 0 }, Step::Matmul { group: 1 }]
+    );
+    assert_eq!(p.column_kernels(), 0);
+    let g = &p.matmul[1];
+    assert_eq!(g.kind, MatmulKind::LinearWeightBackward);
+    assert_eq!(g.bias_grad, Some(2));
+    // The weight gradient stays the step's (first) output.
+    assert_eq!(g.output_op(), 1);
+    assert_eq!(g.ops().collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(
+        p.kernel_summaries()[1],
+        "library matmul: linear dW (xᵀ @ dy, batch folded into k), epilogue bias gradient, BF16"
+    );
+    assert_eq!(p.launches(), 2);
+}
+
+#[test]
+fn a_bias_gradient_after_another_reader_of_dy_stays_a_column_sum() {
+    use support::plan_with_matmul_and_columns;
+    // `dy · 2` read between the weight gradient and the bias gradient: consuming `dy` at the
+    // weight gradient's place would free what it still reads.
+    let scaled = mul_scalar(t(3, &[2, 16, 64], ReadOnly), 2.0, 7);
+    let p = plan_with_matmul_and_columns(&linear_backward(vec![scaled]));
+    assert_eq!(p.matmul[1].bias_grad, None);
+    assert_eq!(p.column_kernels(), 1);
+}
+
+#[test]
+fn a_target_without_the_bias_gradient_epilogue_keeps_the_product_and_a_column_sum() {
+    let no_bias_grad: &dyn Fn(&MatmulGroup) -> bool = &|g| g.bias_grad.is_none();
+    let every_column: &dyn Fn(&burn_compile_schedule::ColumnGroup) -> bool = &|_| true;
+    let p = schedule(
+        &linear_backward(Vec::new()),
+        ScheduleOptions {
+            dead_code_elimination: true,
+            common_subexpressions: true,
+            fused: None,
+            max_kernel_buffers: usize::MAX,
+            horizontal: false,
+            matmul: Some(no_bias_grad),
+            attention: None,
+            column: Some(every_column),
+            memory_planning: true,
+            symbolic_sizes: &[],
+        },
+    );
+    assert_eq!(p.library_matmuls().0, 2);
+    assert_eq!(p.matmul[1].bias_grad, None);
+    assert_eq!(p.column_kernels(), 1);
+}

@@ -65,6 +65,8 @@ struct CallKey {
     gemm: Gemm,
     dtype: DType,
     relu: bool,
+    /// The bias gradient of A (`Σ_k A`, `m` elements) as a second output (`BGRADA`).
+    bias_grad: bool,
 }
 
 /// A prepared call: descriptor, layouts (A, B, D) and algorithm.
@@ -116,18 +118,20 @@ impl CuBlasLt {
     }
 
     /// Runs `group` over `inputs` (the operation's inputs, in its order) and its `epilogue`
-    /// into a new contiguous tensor of `out_shape`. `Ok(None)`: one call cannot express the
-    /// product with these layouts (the caller runs the operations themselves); `Err`: cuBLASLt
-    /// refused the call.
+    /// into a new contiguous tensor of `out_shape` (or `into[0]`), and a fused bias gradient
+    /// into a vector of `m` elements (or `into[1]`): the outputs in that order. `Ok(None)`: one
+    /// call cannot express the product with these layouts (the caller runs the operations
+    /// themselves); `Err`: cuBLASLt refused the call.
     pub fn matmul(
         &self,
         group: &MatmulGroup,
         inputs: &[Tensor],
         epilogue: MatmulEpilogue<'_, Tensor>,
         out_shape: &Shape,
-        into: Option<&Tensor>,
+        into: [Option<&Tensor>; 2],
         pad_dims: bool,
-    ) -> Result<Option<Tensor>, String> {
+    ) -> Result<Option<Vec<Tensor>>, String> {
+        let bias_grad = group.bias_grad.is_some();
         if inputs.iter().any(|t| t.dtype != group.dtype) {
             return Ok(None);
         }
@@ -184,9 +188,11 @@ impl CuBlasLt {
         // read one element at a time; with `pad_dims` the call runs on zero-padded copies of
         // its operands into a padded D, whose product part is then copied out (`Gemm::padded`).
         let vector = (ALIGNMENT as usize / group.dtype.size()) as u64;
-        let padded = (pad_dims && epilogue.residual.is_none() && g.a.input != g.b.input)
-            .then(|| g.padded(vector))
-            .flatten();
+        // A bias gradient over padded rows would be a padded vector: not padded.
+        let padded =
+            (pad_dims && epilogue.residual.is_none() && !bias_grad && g.a.input != g.b.input)
+                .then(|| g.padded(vector))
+                .flatten();
         let padded_inputs: Vec<Tensor>;
         let (g, inputs, padded_d) = match padded {
             Some(mut p) => {
@@ -224,6 +230,7 @@ impl CuBlasLt {
             gemm: g,
             dtype: group.dtype,
             relu: group.relu.is_some(),
+            bias_grad,
         };
         let (handle, call, workspace) = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -268,11 +275,11 @@ impl CuBlasLt {
         // The output: in the memory plan's slot, or reserved by the server inside the call's
         // own task (one device-thread task per matmul, not two) — a handle no client has seen,
         // bound before the bindings are resolved.
-        let (out, fresh) = match (&padded_d, into) {
-            (Some((d, _)), _) => (d.clone(), None),
-            (None, Some(slot)) => (super::in_slot(slot, out_shape.clone(), group.dtype), None),
-            (None, None) => {
-                let bytes = (out_shape.num_elements() * group.dtype.size()) as u64;
+        let mut fresh = Vec::new();
+        let mut output = |shape: &Shape, into: Option<&Tensor>| match into {
+            Some(slot) => super::in_slot(slot, shape.clone(), group.dtype),
+            None => {
+                let bytes = (shape.num_elements() * group.dtype.size()) as u64;
                 let reserved = bytes
                     .next_multiple_of(ALIGNMENT as u64)
                     .max(ALIGNMENT as u64);
@@ -280,24 +287,33 @@ impl CuBlasLt {
                     burn_cubecl::cubecl::stream_id::StreamId::current(),
                     reserved,
                 );
-                let out = CubeTensor::new_contiguous(
+                fresh.push(handle.clone());
+                CubeTensor::new_contiguous(
                     client.clone(),
                     first.device.clone(),
-                    out_shape.clone(),
-                    handle.clone(),
+                    shape.clone(),
+                    handle,
                     group.dtype,
-                );
-                (out, Some(handle))
+                )
             }
         };
+        let out = match &padded_d {
+            Some((d, _)) => d.clone(),
+            None => output(out_shape, into[0]),
+        };
+        let bias_grad_out = bias_grad.then(|| output(&Shape::from(vec![g.m as usize]), into[1]));
         let mut buffers = vec![
             inputs[g.a.input].handle.clone().binding(),
             inputs[g.b.input].handle.clone().binding(),
             out.handle.clone().binding(),
             workspace.binding(),
         ];
+        // The bias pointer: the bias read, or the bias gradient written.
         if let Some(b) = g.bias {
             buffers.push(inputs[b].handle.clone().binding());
+        }
+        if let Some(b) = &bias_grad_out {
+            buffers.push(b.handle.clone().binding());
         }
         if let Some(r) = epilogue.residual {
             buffers.push(r.handle.clone().binding());
@@ -305,7 +321,7 @@ impl CuBlasLt {
         let scales = Scales {
             dtype: group.dtype,
             alpha: epilogue.alpha,
-            bias: g.bias.is_some(),
+            bias: g.bias.is_some() || bias_grad,
             residual: epilogue.residual.is_some(),
         };
         let task = ExternalTask::with_outputs(
@@ -314,7 +330,7 @@ impl CuBlasLt {
                     enqueue(&handle, &call, scales, stream, pointers)
                 },
             ),
-            fresh.as_slice(),
+            &fresh,
         );
         crate::profile::part("library matmul", "call", || {
             client.launch(
@@ -324,7 +340,7 @@ impl CuBlasLt {
             )
         });
         let Some((d, unpadded)) = padded_d else {
-            return Ok(Some(out));
+            return Ok(Some(std::iter::once(out).chain(bias_grad_out).collect()));
         };
         // The product: the first `n` rows of `m` of the padded D (row-major `[n_pad, m_pad]`),
         // read as the output's shape (its rows fold: one padded row apart), copied contiguous
@@ -349,10 +365,10 @@ impl CuBlasLt {
             first.device.clone(),
             group.dtype,
         );
-        Ok(Some(crate::profile::part(
+        Ok(Some(vec![crate::profile::part(
             "library matmul",
             "padding",
-            || match into {
+            || match into[0] {
                 Some(slot) => {
                     let out = super::in_slot(slot, out_shape.clone(), group.dtype);
                     burn_cubecl::cubecl::std::tensor::copy_into(
@@ -365,7 +381,7 @@ impl CuBlasLt {
                 }
                 None => burn_cubecl::kernel::into_contiguous(view),
             },
-        )))
+        )]))
     }
 }
 
@@ -407,7 +423,7 @@ fn pad_operand(t: &Tensor, o: GemmOperand, padded: GemmOperand) -> Tensor {
 struct Scales {
     dtype: DType,
     alpha: f64,
-    /// A bias pointer follows the workspace.
+    /// A bias pointer follows the workspace (the bias read, or the bias gradient written).
     bias: bool,
     /// A residual (C, with β = 1) comes last.
     residual: bool,
@@ -551,14 +567,16 @@ fn prepare(handle: sys::cublasLtHandle_t, key: &CallKey) -> Result<Call, String>
     use sys::cublasLtMatmulDescAttributes_t::*;
     set(CUBLASLT_MATMUL_DESC_TRANSA, g.a.trans as i32)?;
     set(CUBLASLT_MATMUL_DESC_TRANSB, g.b.trans as i32)?;
-    let epilogue = match (g.bias.is_some(), key.relu) {
-        (true, true) => CUBLASLT_EPILOGUE_RELU_BIAS,
-        (true, false) => CUBLASLT_EPILOGUE_BIAS,
-        (false, true) => CUBLASLT_EPILOGUE_RELU,
-        (false, false) => CUBLASLT_EPILOGUE_DEFAULT,
+    let epilogue = match (g.bias.is_some(), key.relu, key.bias_grad) {
+        (false, false, true) => CUBLASLT_EPILOGUE_BGRADA,
+        (_, _, true) => return Err(err("a bias gradient with a bias or a ReLU")),
+        (true, true, _) => CUBLASLT_EPILOGUE_RELU_BIAS,
+        (true, false, _) => CUBLASLT_EPILOGUE_BIAS,
+        (false, true, _) => CUBLASLT_EPILOGUE_RELU,
+        (false, false, _) => CUBLASLT_EPILOGUE_DEFAULT,
     };
     set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue as i32)?;
-    if g.bias.is_some() {
+    if g.bias.is_some() || key.bias_grad {
         // The heuristic needs a bias pointer to be set; the real one is set per call.
         let ptr: u64 = 256;
         // SAFETY: as above, a 64-bit device pointer.

@@ -71,13 +71,15 @@ pub enum Work<'a, T> {
     /// or a member's kernel not built yet); the caller launches the members one by one.
     Horizontal { kernels: &'a [Work<'a, T>] },
     /// A library matmul over `inputs` (the operation's, in its order) and its `epilogue`, into
-    /// a contiguous tensor of `out_shape` (in the slot buffer `into` when given).
+    /// a contiguous tensor of `out_shape` (in the buffer `into[0]` when given), and, where
+    /// `group` fuses a bias gradient, `Σ_rows dy` into a vector of `out_shape`'s last dimension
+    /// (in `into[1]` when given): the outputs in that order.
     Matmul {
         group: &'a MatmulGroup,
         inputs: &'a [T],
         epilogue: MatmulEpilogue<'a, T>,
         out_shape: &'a Shape,
-        into: Option<&'a T>,
+        into: [Option<&'a T>; 2],
     },
     /// `softmax(q @ kᵀ / √d) @ v` into a new contiguous tensor.
     Attention {
@@ -420,16 +422,14 @@ mod cuda {
                         into,
                     },
                     Some(blas),
-                ) => Ok(blas
-                    .matmul(
-                        group,
-                        inputs,
-                        epilogue,
-                        out_shape,
-                        into,
-                        self.pad_matmul_dims.load(Ordering::Relaxed),
-                    )?
-                    .map(|out| vec![out])),
+                ) => blas.matmul(
+                    group,
+                    inputs,
+                    epilogue,
+                    out_shape,
+                    into,
+                    self.pad_matmul_dims.load(Ordering::Relaxed),
+                ),
                 (Work::Matmul { .. }, None) => Ok(None),
                 (
                     Work::Conv2d {

@@ -13,7 +13,10 @@
 //!   residual add is not fused);
 //!
 //! each only where the product (or the previous epilogue's result) is read by that operation
-//! alone. The transposes are layouts, and the weight gradient's batch sum is folded into the
+//! alone. A weight gradient's call also computes the bias gradient, `Σ_rows dy`
+//! (`LinearBiasBackward` of the same `dy`, which autodiff records right after it): the library
+//! reduces the operand it reads `dy` through over the product's `k` as its epilogue (cuBLASLt's
+//! `BGRADA`), so the bias gradient costs no launch of its own. The transposes are layouts, and the weight gradient's batch sum is folded into the
 //! reduction dimension: `LinearWeightBackward`'s own, and the sums over the batch that
 //! autodiff appends to the gradient of a broadcast right-hand side (`x @ W.unsqueeze()`, a
 //! tied head's `h @ Eᵀ`: `Σ_b x_bᵀ @ dy_b`), taken into the call before its epilogue. Whether a given call can be done (strides, batch broadcasting, a
@@ -70,12 +73,23 @@ pub struct MatmulGroup {
     pub relu: Option<u32>,
     /// Whether the product has a bias (a `Linear` with one), fused as the epilogue.
     pub bias: bool,
+    /// A `LinearBiasBackward` of a weight gradient's `dy` (`LinearWeightBackward` only), later
+    /// in the graph with nothing reading `dy` in between: its output, `Σ_rows dy`, is the call's
+    /// second output.
+    #[serde(default)]
+    pub bias_grad: Option<u32>,
     pub dtype: DType,
 }
 
 impl MatmulGroup {
     /// The operations the step replaces, in program order.
     pub fn ops(&self) -> impl Iterator<Item = u32> + '_ {
+        self.product_ops().chain(self.bias_grad)
+    }
+
+    /// The product and the operations applied to it, in order: the last one's output is the
+    /// step's (first) output.
+    fn product_ops(&self) -> impl Iterator<Item = u32> + '_ {
         std::iter::once(self.op)
             .chain(self.batch_sums.iter().copied())
             .chain(self.scale)
@@ -83,12 +97,13 @@ impl MatmulGroup {
             .chain(self.relu)
     }
 
-    /// The operation whose output is the step's output (the last one fused).
+    /// The operation whose output is the step's output (the last one applied to the product;
+    /// a fused bias gradient's is a second output).
     pub fn output_op(&self) -> u32 {
-        self.ops().last().expect("a group holds its matmul")
+        self.product_ops().last().expect("a group holds its matmul")
     }
 
-    /// The operations fused after the product.
+    /// The operations fused after the product (a bias gradient's included).
     pub fn epilogue_ops(&self) -> impl Iterator<Item = u32> + '_ {
         self.ops().skip(1)
     }
@@ -96,6 +111,7 @@ impl MatmulGroup {
     /// Whether anything is fused into the call besides the product.
     pub fn has_epilogue(&self) -> bool {
         self.bias
+            || self.bias_grad.is_some()
             || !self.batch_sums.is_empty()
             || self.scale.is_some()
             || self.residual.is_some()
@@ -123,6 +139,9 @@ impl MatmulGroup {
         }
         if self.relu.is_some() {
             epilogue.push("relu");
+        }
+        if self.bias_grad.is_some() {
+            epilogue.push("bias gradient");
         }
         let epilogue = if epilogue.is_empty() {
             String::new()
@@ -173,6 +192,7 @@ pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
             residual: None,
             relu: None,
             bias,
+            bias_grad: None,
             dtype,
         };
         let Some(mut out) = op.outputs().next() else {
@@ -215,9 +235,37 @@ pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
         {
             group.relu = Some(j as u32);
         }
+        if kind == MatmulKind::LinearWeightBackward {
+            group.bias_grad = bias_gradient(ops, live, i);
+        }
         groups.push(group);
     }
     groups
+}
+
+/// The `LinearBiasBackward` of the `dy` that weight gradient `at` reads: the next operation
+/// that reads `dy`, when it is that one (live, of `dy`'s dtype, over at least two dimensions)
+/// — so the call, which runs at the weight gradient's place, may compute it early and consume
+/// `dy` there.
+fn bias_gradient(ops: &[OperationIr], live: &[bool], at: usize) -> Option<u32> {
+    let OperationIr::Module(ModuleOperationIr::LinearWeightBackward(w)) = &ops[at] else {
+        return None;
+    };
+    let dy = &w.output_grad;
+    let (j, op) = ops
+        .iter()
+        .enumerate()
+        .skip(at + 1)
+        .find(|(_, op)| op.inputs().any(|t| t.id == dy.id))?;
+    let OperationIr::Module(ModuleOperationIr::LinearBiasBackward(b)) = op else {
+        return None;
+    };
+    let fits = live[j]
+        && b.output_grad.id == dy.id
+        && b.out.dtype == dy.dtype
+        && dy.shape.num_dims() >= 2
+        && b.out.shape.num_elements() == dy.shape[dy.shape.num_dims() - 1];
+    fits.then_some(j as u32)
 }
 
 /// The `SumDim`s that sum every batch dimension of `product` (the output of `matmul`, at
@@ -681,9 +729,14 @@ impl super::Fuser for MatmulFuser {
         let Some(accepts) = options.matmul else {
             return;
         };
-        for group in matmul_groups(ops, &claims.live) {
+        for mut group in matmul_groups(ops, &claims.live) {
             if !accepts(&group) {
-                continue;
+                // A target without the bias-gradient epilogue may still take the product (the
+                // column sums then take the bias gradient).
+                match group.bias_grad.take() {
+                    Some(_) if accepts(&group) => {}
+                    _ => continue,
+                }
             }
             // No later fuser takes the group's operations; the epilogue's run inside the call
             // (the others, e.g. a view the call reads through, keep their own steps).
