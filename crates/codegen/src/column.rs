@@ -10,11 +10,6 @@
 //! few rows: whole memory sectors), then group 0 adds the groups' partial sums in group order.
 //! The tile is narrow on purpose: a bias gradient has few columns (512 on W1) and many rows
 //! (4096), and a tile of 8 columns still gives 64 cubes there where a tile of 32 would give 16.
-//! Still too few to fill the device (an H100 has 132 SMs): with fewer than
-//! [`SPLIT_BELOW_CUBES`] tiles over at least [`SPLIT_MIN_ROWS`] rows, the rows are split into
-//! [`ColumnDims::splits`] consecutive chunks, a cube per tile and chunk ([`column_partials`]),
-//! and a second launch adds each column's partial sums in chunk order
-//! ([`column_partials_total`]): W1's `[4096, 512]` takes 16 chunks of 256 rows, 1024 cubes.
 //!
 //! With one ([`strided_column_sum`]), each output has a cube of [`STRIDED_UNITS`] units that
 //! walk its `reduced` runs of `trailing` adjacent elements in order (adjacent units read
@@ -43,12 +38,6 @@ pub const STRIDED_UNITS: usize = 256;
 pub const SPLIT_BELOW_COLUMNS: usize = 1024;
 /// Elements per chunk of a split strided sum (64 per unit).
 pub const SPLIT_ELEMENTS: usize = 64 * STRIDED_UNITS;
-/// Column sums of fewer tiles than this split their rows (up to this many cubes in all).
-pub const SPLIT_BELOW_CUBES: usize = 1024;
-/// Column sums over fewer rows than this are not split (at most 32 rows per unit).
-pub const SPLIT_MIN_ROWS: usize = 1024;
-/// Rows per chunk of a split column sum at least (two per row group).
-pub const CHUNK_MIN_ROWS: usize = 2 * COLUMN_GROUPS;
 /// Chunks per output at most.
 pub const MAX_SPLITS: usize = 256;
 /// Units per cube of [`column_partials_total`] (one output each).
@@ -82,36 +71,20 @@ impl ColumnDims {
         self.trailing > 1
     }
 
-    /// The chunks each output's elements are split into, a cube each (1: one cube per output,
-    /// or per tile of columns; more for sums with few outputs over many elements each).
+    /// The chunks each output's elements are split into, a cube each (1: one cube per output;
+    /// more only for strided sums with few outputs over many elements each).
     pub fn splits(&self) -> usize {
-        if self.strided() {
-            if self.columns() >= SPLIT_BELOW_COLUMNS {
-                return 1;
-            }
-            return (self.reduced * self.trailing)
-                .div_ceil(SPLIT_ELEMENTS)
-                .clamp(1, MAX_SPLITS);
-        }
-        let tiles = self.tiles();
-        if tiles >= SPLIT_BELOW_CUBES || self.reduced < SPLIT_MIN_ROWS {
+        if !self.strided() || self.columns() >= SPLIT_BELOW_COLUMNS {
             return 1;
         }
-        SPLIT_BELOW_CUBES
-            .div_ceil(tiles)
-            .min(self.reduced / CHUNK_MIN_ROWS)
+        (self.reduced * self.trailing)
+            .div_ceil(SPLIT_ELEMENTS)
             .clamp(1, MAX_SPLITS)
     }
 
-    /// Elements (strided sums) or rows (column sums) of each chunk of a split sum (the last
-    /// may be shorter).
+    /// Elements of each chunk of a split sum (the last may be shorter).
     pub fn chunk(&self) -> usize {
         (self.reduced * self.trailing).div_ceil(self.splits())
-    }
-
-    /// Tiles of [`COLUMN_TILE`] output columns (of a sum without trailing dimension).
-    fn tiles(&self) -> usize {
-        self.columns().div_ceil(COLUMN_TILE)
     }
 
     /// Cubes of a launch (of the first launch, for a split sum).
@@ -119,7 +92,7 @@ impl ColumnDims {
         if self.strided() {
             (self.columns() * self.splits()).max(1)
         } else {
-            (self.tiles() * self.splits()).max(1)
+            self.columns().div_ceil(COLUMN_TILE).max(1)
         }
     }
 
@@ -148,47 +121,6 @@ impl ColumnDims {
     }
 }
 
-/// The f32 sum of rows `[start, end)` of output `column` (none where `valid` is false), for
-/// lane `l` of the cube's tile: unit `(g, l)` adds rows `start + g, start + g + COLUMN_GROUPS,
-/// …`, then group 0 adds the groups' partial sums in group order. Group 0's units return it.
-#[cube]
-fn tile_sum_of_rows<F: Float>(
-    input: &Array<F>,
-    column: usize,
-    start: usize,
-    end: usize,
-    valid: bool,
-    #[comptime] reduced: usize,
-    #[comptime] inner: usize,
-) -> f32 {
-    let lane = UNIT_POS_X as usize;
-    let group = UNIT_POS_Y as usize;
-    let tile = comptime![COLUMN_TILE];
-    let groups = comptime![COLUMN_GROUPS];
-    let mut partial = SharedMemory::<f32>::new(comptime![COLUMN_GROUPS * COLUMN_TILE]);
-    let mut total = 0f32;
-    if valid {
-        let base = (column / inner) * comptime![reduced * inner] + column % inner;
-        let mut r = start + group;
-        while r < end {
-            total += f32::cast_from(input[base + r * inner]);
-            r += groups;
-        }
-    }
-    partial[group * tile + lane] = total;
-    sync_cube();
-    let mut sum = 0f32;
-    if group == 0 {
-        #[unroll]
-        for g in 0..groups {
-            sum += partial[g * tile + lane];
-        }
-    }
-    sum
-}
-
-/// One cube per tile of [`COLUMN_TILE`] output columns: each column's sum over its `reduced`
-/// rows ([`tile_sum_of_rows`]), divided by `divisor`.
 #[cube(launch_unchecked)]
 pub fn column_sum<F: Float>(
     input: &Array<F>,
@@ -198,41 +130,33 @@ pub fn column_sum<F: Float>(
     #[comptime] columns: usize,
     #[comptime] divisor: usize,
 ) {
-    let column = CUBE_POS * comptime![COLUMN_TILE] + UNIT_POS_X as usize;
-    let valid = column < columns;
-    let mut sum = tile_sum_of_rows::<F>(input, column, 0, reduced, valid, reduced, inner);
-    if UNIT_POS_Y == 0 && valid {
+    let lane = UNIT_POS_X as usize;
+    let group = UNIT_POS_Y as usize;
+    let tile = comptime![COLUMN_TILE];
+    let groups = comptime![COLUMN_GROUPS];
+    let column = CUBE_POS * tile + lane;
+    let mut partial = SharedMemory::<f32>::new(comptime![COLUMN_GROUPS * COLUMN_TILE]);
+    let mut total = 0f32;
+    if column < columns {
+        let base = (column / inner) * comptime![reduced * inner] + column % inner;
+        let mut r = group;
+        while r < reduced {
+            total += f32::cast_from(input[base + r * inner]);
+            r += groups;
+        }
+    }
+    partial[group * tile + lane] = total;
+    sync_cube();
+    if group == 0 && column < columns {
+        let mut sum = 0f32;
+        #[unroll]
+        for g in 0..groups {
+            sum += partial[g * tile + lane];
+        }
         if comptime![divisor > 1] {
             sum /= f32::cast_from(comptime![divisor as u32]);
         }
         output[column] = F::cast_from(sum);
-    }
-}
-
-/// Cube `(t, s)` (linear: `t·splits + s`): for each column of tile `t`, the f32 sum of its rows
-/// in chunk `s`, `[s·chunk, (s + 1)·chunk)`, into `partials[column·splits + s]`.
-#[cube(launch_unchecked)]
-pub fn column_partials<F: Float>(
-    input: &Array<F>,
-    partials: &mut Array<f32>,
-    #[comptime] reduced: usize,
-    #[comptime] inner: usize,
-    #[comptime] columns: usize,
-    #[comptime] splits: usize,
-    #[comptime] chunk: usize,
-) {
-    let cube = CUBE_POS;
-    let column = (cube / splits) * comptime![COLUMN_TILE] + UNIT_POS_X as usize;
-    let split = cube % splits;
-    let start = split * chunk;
-    let mut end = start + chunk;
-    if end > reduced {
-        end = reduced;
-    }
-    let valid = column < columns;
-    let sum = tile_sum_of_rows::<F>(input, column, start, end, valid, reduced, inner);
-    if UNIT_POS_Y == 0 && valid {
-        partials[column * splits + split] = sum;
     }
 }
 
@@ -399,35 +323,19 @@ pub unsafe fn launch_column_sum<R: Runtime, E: Float>(
         if splits > 1 {
             // Freed after the launches that read it (in stream order).
             let partials = client.empty(dims.columns() * splits * 4);
-            let partials_arg = ArrayArg::from_raw_parts(partials.clone(), dims.columns() * splits);
-            if dims.strided() {
-                strided_column_partials::launch_unchecked::<E, R>(
-                    client,
-                    cube_count,
-                    cube_dim,
-                    input,
-                    partials_arg,
-                    dims.reduced,
-                    dims.inner,
-                    dims.trailing,
-                    dims.columns(),
-                    splits,
-                    dims.chunk(),
-                );
-            } else {
-                column_partials::launch_unchecked::<E, R>(
-                    client,
-                    cube_count,
-                    cube_dim,
-                    input,
-                    partials_arg,
-                    dims.reduced,
-                    dims.inner,
-                    dims.columns(),
-                    splits,
-                    dims.chunk(),
-                );
-            }
+            strided_column_partials::launch_unchecked::<E, R>(
+                client,
+                cube_count,
+                cube_dim,
+                input,
+                ArrayArg::from_raw_parts(partials.clone(), dims.columns() * splits),
+                dims.reduced,
+                dims.inner,
+                dims.trailing,
+                dims.columns(),
+                splits,
+                dims.chunk(),
+            );
             column_partials_total::launch_unchecked::<E, R>(
                 client,
                 grid(dims.columns().div_ceil(TOTAL_UNITS)),
@@ -485,7 +393,7 @@ mod tests {
     }
 
     /// W3's batch norms: the early layers' few channels of many elements are split (a cube per
-    /// 16,384 elements), the late layers' many channels are not.
+    /// 16,384 elements), the late layers' many channels are not, nor is a bias gradient.
     #[test]
     fn strided_sums_with_few_outputs_are_split_into_chunks() {
         let early = dims(1, 256, 64, 56 * 56);
@@ -496,26 +404,10 @@ mod tests {
         assert_eq!((late.splits(), late.cubes()), (1, 2048));
         let small = dims(1, 256, 512, 7 * 7);
         assert_eq!(small.splits(), 1, "12,544 elements fit one chunk");
+        let bias = dims(1, 4096, 512, 1);
+        assert_eq!((bias.splits(), bias.cubes()), (1, 64));
         let huge = dims(1, 1 << 20, 1, 64);
         assert_eq!(huge.splits(), MAX_SPLITS);
         assert!(huge.chunk() * MAX_SPLITS >= (1 << 20) * 64);
-    }
-
-    /// W1's bias and layer-norm gradients (`[4096, 512]`: 64 tiles) are split into 16 chunks of
-    /// 256 rows, 1024 cubes; fewer columns take more chunks, down to 64 rows each; short sums
-    /// and wide ones are not split.
-    #[test]
-    fn column_sums_with_few_tiles_over_many_rows_are_split_into_chunks() {
-        let w1 = dims(1, 4096, 512, 1);
-        assert_eq!((w1.splits(), w1.chunk(), w1.cubes()), (16, 256, 1024));
-        let narrow = dims(1, 4096, 96, 1);
-        assert_eq!((narrow.splits(), narrow.chunk()), (64, 64));
-        let short = dims(1, 700, 24, 1);
-        assert_eq!((short.splits(), short.cubes()), (1, 3));
-        let wide = dims(1, 4096, 8192, 1);
-        assert_eq!((wide.splits(), wide.cubes()), (1, 1024));
-        let odd = dims(3, 1031, 5, 1);
-        assert_eq!((odd.splits(), odd.chunk()), (16, 65));
-        assert!(odd.chunk() * (odd.splits() - 1) < 1031);
     }
 }

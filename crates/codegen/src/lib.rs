@@ -839,35 +839,19 @@ fn define_column<Fl: Flavor, E: Float>(
         .address_type(AddressType::U32);
     let array = || ArrayCompilationArg { inplace: None };
     if dims.splits() > 1 {
-        let partials = if dims.strided() {
-            let k =
-                column::strided_column_partials::StridedColumnPartials::<E, OfflineRuntime<Fl>>::new(
-                    settings,
-                    client.clone(),
-                    array(),
-                    array(),
-                    dims.reduced,
-                    dims.inner,
-                    dims.trailing,
-                    dims.columns(),
-                    dims.splits(),
-                    dims.chunk(),
-                );
-            (k.define(), k.address_type())
-        } else {
-            let k = column::column_partials::ColumnPartials::<E, OfflineRuntime<Fl>>::new(
+        let partials =
+            column::strided_column_partials::StridedColumnPartials::<E, OfflineRuntime<Fl>>::new(
                 settings,
                 client.clone(),
                 array(),
                 array(),
                 dims.reduced,
                 dims.inner,
+                dims.trailing,
                 dims.columns(),
                 dims.splits(),
                 dims.chunk(),
             );
-            (k.define(), k.address_type())
-        };
         let totals =
             column::column_partials_total::ColumnPartialsTotal::<E, OfflineRuntime<Fl>>::new(
                 KernelSettings::default()
@@ -880,7 +864,10 @@ fn define_column<Fl: Flavor, E: Float>(
                 dims.splits(),
                 dims.divisor,
             );
-        return vec![partials, (totals.define(), totals.address_type())];
+        return vec![
+            (partials.define(), partials.address_type()),
+            (totals.define(), totals.address_type()),
+        ];
     }
     if dims.strided() {
         let k = column::strided_column_sum::StridedColumnSum::<E, OfflineRuntime<Fl>>::new(

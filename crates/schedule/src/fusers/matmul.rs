@@ -13,10 +13,10 @@
 //!   residual add is not fused);
 //!
 //! each only where the product (or the previous epilogue's result) is read by that operation
-//! alone. A weight gradient's call also computes the bias gradient, `Σ_rows dy`
-//! (`LinearBiasBackward` of the same `dy`, which autodiff records right after it): the library
-//! reduces the operand it reads `dy` through over the product's `k` as its epilogue (cuBLASLt's
-//! `BGRADA`), so the bias gradient costs no launch of its own. The transposes are layouts, and the weight gradient's batch sum is folded into the
+//! alone. A weight gradient's call may also compute the bias gradient, `Σ_rows dy`
+//! (`LinearBiasBackward` of the same `dy`, which autodiff records right after it), where the
+//! target accepts it: the library reduces the operand it reads `dy` through over the product's
+//! `k` as its epilogue (cuBLASLt's `BGRADA`), so the bias gradient is no step of its own. The transposes are layouts, and the weight gradient's batch sum is folded into the
 //! reduction dimension: `LinearWeightBackward`'s own, and the sums over the batch that
 //! autodiff appends to the gradient of a broadcast right-hand side (`x @ W.unsqueeze()`, a
 //! tied head's `h @ Eᵀ`: `Σ_b x_bᵀ @ dy_b`), taken into the call before its epilogue. Whether a given call can be done (strides, batch broadcasting, a
