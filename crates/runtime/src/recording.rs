@@ -201,14 +201,21 @@ fn replay_with<B: BackendIr>(
             refuse(state, reason);
             false
         }
-        Err(Failure::Capture(reason) | Failure::Held(reason)) => capture_failed(state, &reason),
+        Err(Failure::Capture(reason) | Failure::Held(reason)) => {
+            capture_failed(state, &reason, markers)
+        }
     }
 }
 
 /// A capture that failed: this replay runs launch by launch (`false`). Markers that could not
 /// be placed are the likeliest cause: the next recording holds the real scalars, guarded.
-fn capture_failed(state: &mut PlanRecording, reason: &str) -> bool {
-    state.no_markers = true;
+/// A failed capture: this replay runs launch by launch. Marker scalars are what a capture does
+/// differently from that replay, so after a failure with them the next recording holds the real
+/// scalars (guarded: a changed one records again); a failure without them was not theirs, and
+/// the next recording has them again (patched: a learning rate that changes every step does not
+/// record every step).
+fn capture_failed(state: &mut PlanRecording, reason: &str, markers: bool) -> bool {
+    state.no_markers = markers;
     COUNTERS.recording_fallbacks.fetch_add(1, Ordering::Relaxed);
     tracing::info!(
         target: "burn_compile::recordings",
@@ -848,7 +855,7 @@ fn alternate<B: BackendIr>(
             refuse(state, reason);
             false
         }
-        Err(Failure::Capture(reason)) => capture_failed(state, &reason),
+        Err(Failure::Capture(reason)) => capture_failed(state, &reason, markers),
         Err(Failure::Held(reason)) => {
             // A new recording's buffers are its own or the other's copies of inputs: one
             // held elsewhere is a view shared by two of its tensors, for good.

@@ -55,6 +55,19 @@ pub fn active() -> bool {
     ACTIVE.load(Ordering::Acquire)
 }
 
+/// Whether `stream` is being captured (its capture may also be invalidated already). Asks the
+/// driver only while a capture is active: one atomic load otherwise.
+pub(crate) fn capturing(stream: CUstream) -> bool {
+    if !active() {
+        return false;
+    }
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: an out-pointer to a local; `stream` is a live stream of the server.
+    let r = unsafe { sys::cuStreamIsCapturing(stream, &mut status) };
+    r != sys::CUresult::CUDA_SUCCESS
+        || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+}
+
 /// Keeps the buffers of a launch made while capturing.
 pub(crate) fn keep<'a>(bindings: impl Iterator<Item = &'a Binding>) {
     if let Some(c) = capture().as_mut() {

@@ -83,10 +83,26 @@ impl EventStreamBackend for CudaStreamBackend {
     }
 
     fn flush(stream: &mut Self::Stream) -> Self::Event {
+        // burn-compile patch: an event recorded on a capturing stream is a node of the capture,
+        // and a stream outside it that waited on it would join the capture (the multi-stream's
+        // garbage collection waits so). Nothing captured has run; the buffers such a fence
+        // guards are kept by the recording until it is released (`capture::keep`).
+        if crate::capture::capturing(stream.sys) {
+            return Fence::completed();
+        }
         Fence::new(stream.sys)
     }
 
     fn wait_event(stream: &mut Self::Stream, event: Self::Event) {
+        // burn-compile patch: a capturing stream may not wait on work outside its capture
+        // (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`): a buffer written on another stream and read
+        // by a captured launch is waited for here, on the host, so it is written before the
+        // recording's first launch; later launches read what the work before them in their own
+        // stream wrote.
+        if crate::capture::capturing(stream.sys) {
+            let _ = event.wait_sync();
+            return;
+        }
         event.wait_async(stream.sys);
     }
 
