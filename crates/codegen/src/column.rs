@@ -5,11 +5,15 @@
 //! statistics and gradients (`[1, N, C, H·W]`).
 //!
 //! Without trailing dimension ([`column_sum`]), a cube takes [`COLUMN_TILE`] adjacent output
-//! columns: its units are laid out `[COLUMN_GROUPS, COLUMN_TILE]`, unit `(g, l)` summing rows
-//! `g, g + COLUMN_GROUPS, …` of column `l` (so the units of a plane read adjacent columns of a
-//! few rows: whole memory sectors), then group 0 adds the groups' partial sums in group order.
+//! columns: its units are laid out `[groups, COLUMN_TILE]` ([`ColumnDims::groups`]), unit
+//! `(g, l)` summing rows `g, g + groups, …` of column `l` (so the units of a plane read adjacent
+//! columns of a few rows), then the groups' partial sums are added pairwise in a fixed tree.
 //! The tile is narrow on purpose: a bias gradient has few columns (512 on W1) and many rows
 //! (4096), and a tile of 8 columns still gives 64 cubes there where a tile of 32 would give 16.
+//! So few cubes leave most of the device's memory requests unmade: tall sums take up to
+//! [`MAX_COLUMN_GROUPS`] groups (1024 units a cube), and where each unit's rows are few and
+//! divide evenly ([`UNROLLED_ROWS`]) its loop is unrolled, so all its loads are in flight at
+//! once rather than one per trip.
 //!
 //! With one ([`strided_column_sum`]), each output has a cube of [`STRIDED_UNITS`] units that
 //! walk its `reduced` runs of `trailing` adjacent elements in order (adjacent units read
@@ -29,8 +33,12 @@ use cubecl::server::Handle;
 
 /// Output columns per cube.
 pub const COLUMN_TILE: usize = 8;
-/// Units per cube along the reduced dimension.
+/// Units per cube along the reduced dimension, at least.
 pub const COLUMN_GROUPS: usize = 32;
+/// Units per cube along the reduced dimension, at most (a power of two).
+pub const MAX_COLUMN_GROUPS: usize = 128;
+/// Rows per unit of a [`column_sum`] whose loop is unrolled, at most.
+pub const UNROLLED_ROWS: usize = 32;
 /// Units per cube of [`strided_column_sum`] (a power of two: its partial sums add pairwise).
 pub const STRIDED_UNITS: usize = 256;
 /// Strided sums with at least this many outputs take one cube per output (enough cubes to fill
@@ -96,12 +104,22 @@ impl ColumnDims {
         }
     }
 
+    /// Units along the reduced dimension of a [`column_sum`]'s cube: a power of two, enough
+    /// that each unit has at most [`UNROLLED_ROWS`] rows, within
+    /// [`COLUMN_GROUPS`]..=[`MAX_COLUMN_GROUPS`].
+    pub fn groups(&self) -> usize {
+        self.reduced
+            .div_ceil(UNROLLED_ROWS)
+            .next_power_of_two()
+            .clamp(COLUMN_GROUPS, MAX_COLUMN_GROUPS)
+    }
+
     /// Units of each cube, `[x, y]`.
     pub fn cube_dim(&self) -> [u32; 2] {
         if self.strided() {
             [STRIDED_UNITS as u32, 1]
         } else {
-            [COLUMN_TILE as u32, COLUMN_GROUPS as u32]
+            [COLUMN_TILE as u32, self.groups() as u32]
         }
     }
 
@@ -129,30 +147,41 @@ pub fn column_sum<F: Float>(
     #[comptime] inner: usize,
     #[comptime] columns: usize,
     #[comptime] divisor: usize,
+    #[comptime] groups: usize,
 ) {
     let lane = UNIT_POS_X as usize;
     let group = UNIT_POS_Y as usize;
     let tile = comptime![COLUMN_TILE];
-    let groups = comptime![COLUMN_GROUPS];
     let column = CUBE_POS * tile + lane;
-    let mut partial = SharedMemory::<f32>::new(comptime![COLUMN_GROUPS * COLUMN_TILE]);
+    let mut partial = SharedMemory::<f32>::new(comptime![groups * COLUMN_TILE]);
     let mut total = 0f32;
     if column < columns {
         let base = (column / inner) * comptime![reduced * inner] + column % inner;
-        let mut r = group;
-        while r < reduced {
-            total += f32::cast_from(input[base + r * inner]);
-            r += groups;
+        if comptime![reduced.is_multiple_of(groups) && reduced / groups <= UNROLLED_ROWS] {
+            #[unroll]
+            for i in 0..comptime![reduced / groups] {
+                total += f32::cast_from(input[base + (group + i * groups) * inner]);
+            }
+        } else {
+            let mut r = group;
+            while r < reduced {
+                total += f32::cast_from(input[base + r * inner]);
+                r += groups;
+            }
         }
     }
     partial[group * tile + lane] = total;
     sync_cube();
-    if group == 0 && column < columns {
-        let mut sum = 0f32;
-        #[unroll]
-        for g in 0..groups {
-            sum += partial[g * tile + lane];
+    #[unroll]
+    for level in 1..comptime![groups.trailing_zeros() as usize + 1] {
+        let half = comptime![groups >> level];
+        if group < half {
+            partial[group * tile + lane] += partial[(group + half) * tile + lane];
         }
+        sync_cube();
+    }
+    if group == 0 && column < columns {
+        let mut sum = partial[lane];
         if comptime![divisor > 1] {
             sum /= f32::cast_from(comptime![divisor as u32]);
         }
@@ -373,6 +402,7 @@ pub unsafe fn launch_column_sum<R: Runtime, E: Float>(
                 dims.inner,
                 dims.columns(),
                 dims.divisor,
+                dims.groups(),
             );
         }
     }
@@ -406,8 +436,26 @@ mod tests {
         assert_eq!(small.splits(), 1, "12,544 elements fit one chunk");
         let bias = dims(1, 4096, 512, 1);
         assert_eq!((bias.splits(), bias.cubes()), (1, 64));
+        assert_eq!((bias.groups(), bias.cube_dim()), (128, [8, 128]));
         let huge = dims(1, 1 << 20, 1, 64);
         assert_eq!(huge.splits(), MAX_SPLITS);
         assert!(huge.chunk() * MAX_SPLITS >= (1 << 20) * 64);
+    }
+
+    /// A column sum's units along its rows: enough for at most 32 rows each (unrolled), 32 to
+    /// 128 of them (a power of two).
+    #[test]
+    fn column_sums_take_more_groups_for_taller_columns() {
+        let groups = |reduced| dims(1, reduced, 512, 1).groups();
+        assert_eq!(groups(7), 32);
+        assert_eq!(groups(1024), 32);
+        assert_eq!(groups(1025), 64);
+        assert_eq!(groups(2048), 64);
+        assert_eq!(groups(4096), 128);
+        assert_eq!(
+            groups(1 << 20),
+            128,
+            "past 4096 rows the loop is not unrolled"
+        );
     }
 }

@@ -892,6 +892,7 @@ fn define_column<Fl: Flavor, E: Float>(
         dims.inner,
         dims.columns(),
         dims.divisor,
+        dims.groups(),
     );
     vec![(k.define(), k.address_type())]
 }

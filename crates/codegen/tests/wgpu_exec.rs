@@ -435,7 +435,9 @@ fn horizontal_kernels_compute_each_members_own_outputs_on_wgpu() {
 /// (`[2, 3, 5, 7]`), a batch norm's mean (`[1, 64, 6, 49]` divided by 64 · 49), runs longer
 /// than a cube's 256 units (`[1, 3, 2, 1000]`), and sums split into chunks (few outputs of
 /// many elements: `[1, 40, 3, 1000]`, 3 chunks, a mean; `[2, 17, 5, 1031]`, 2 chunks of
-/// 8,764 and 8,763, each starting inside a run).
+/// 8,764 and 8,763, each starting inside a run). Tall sums take more row groups: W1's 4096 rows
+/// (128 groups of 32 rows, unrolled) over 40 columns, 2048 rows (64 groups, unrolled) as a mean,
+/// and 1500 rows over 64 groups (not a multiple: the loop) with an outer dimension.
 #[test]
 fn column_sums_match_a_host_sum_on_wgpu() {
     let Some(client) = client() else { return };
@@ -450,6 +452,9 @@ fn column_sums_match_a_host_sum_on_wgpu() {
         [1, 3, 2, 1000, 1],
         [1, 40, 3, 1000, 40 * 1000],
         [2, 17, 5, 1031, 1],
+        [1, 4096, 40, 1, 1],
+        [1, 2048, 8, 1, 2048],
+        [2, 1500, 9, 1, 1],
     ];
     for (i, [outer, reduced, inner, trailing, divisor]) in cases.into_iter().enumerate() {
         let dims = burn_compile_codegen::ColumnDims {

@@ -1104,6 +1104,12 @@ mod cube {
             let Some(dims) = dims.for_strides(input.meta.shape(), input.meta.strides()) else {
                 return Ok(None);
             };
+            // A tall sum's cube of 1024 units is past what some devices launch: there the
+            // sums run on the inner backend.
+            let [ux, uy] = dims.cube_dim();
+            if ux * uy > input.client.properties().hardware.max_units_per_cube {
+                return Ok(None);
+            }
             let out = empty_device_contiguous_dtype(
                 input.client.clone(),
                 input.device.clone(),
