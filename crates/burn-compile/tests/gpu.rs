@@ -1019,8 +1019,8 @@ fn gpu_bias_and_layer_norm_gradients_are_column_sums_and_match_eager() {
 /// the weight gradient's library call on CUDA in bf16 (cuBLASLt's bias-gradient epilogue): no
 /// column sum and no step of its own, no fallback. In f32 (TF32 products) and on wgpu (no
 /// library matmul) it stays a column sum. Row counts as W1's (4096) and odd ones, features a
-/// multiple of 8 and not; f32 against eager f32 (the suite's tolerance on CUDA, 1e-5 absolute on
-/// wgpu) and, on CUDA, bf16 against eager f32 over the same bf16-rounded data (eager bf16
+/// multiple of 8 and not; f32 against eager f32 (on CUDA 5e-2 absolute for TF32 products of up
+/// to 4096 terms, 1e-5 absolute on wgpu) and, on CUDA, bf16 against eager f32 over the same bf16-rounded data (eager bf16
 /// rounds its own way), within 2 % relative and 5e-2 absolute (each output rounded to 8 bits
 /// of mantissa, ~0.4 %, after sums of up to 4096 terms).
 #[test]
@@ -1072,16 +1072,18 @@ fn gpu_bias_gradients_come_out_of_the_weight_gradients_call_and_match_eager() {
             ..suite_config()
         },
     );
-    let mut cases = vec![
-        ([8, 512, 64], 96, DType::F32),
-        ([3, 37, 24], 40, DType::F32),
-    ];
+    // The epilogue's own cases (bf16, CUDA) first.
+    let mut cases = Vec::new();
     if cfg!(feature = "cuda") {
         cases.extend([
             ([8, 512, 64], 96, DType::BF16),
             ([3, 37, 24], 20, DType::BF16),
         ]);
     }
+    cases.extend([
+        ([8, 512, 64], 96, DType::F32),
+        ([3, 37, 24], 40, DType::F32),
+    ]);
     for (i, (x_shape, features, dtype)) in cases.into_iter().enumerate() {
         println!("case {i}: x {x_shape:?}, {features} features, {dtype:?}");
         let seed = 900 + 10 * i as u64;
@@ -1124,7 +1126,11 @@ fn gpu_bias_gradients_come_out_of_the_weight_gradients_call_and_match_eager() {
         let want = grads::<Autodiff<Eager>>(&d, DType::F32);
         let tol = match dtype {
             DType::BF16 => Tolerance::relative(2e-2).set_absolute(5e-2),
-            _ if cfg!(feature = "cuda") => tol(),
+            // TF32 products on both sides, rounded and summed differently: `y` and the input
+            // gradient sum 64 to 96 terms (2.4e-3 seen at one of 49,152 outputs on an H100),
+            // the weight gradient 4096 terms in [-1, 1] (~1e-2 per standard deviation; 2.7e-2
+            // seen). A wrong layout or bias is off by O(1).
+            _ if cfg!(feature = "cuda") => tol().set_absolute(5e-2),
             // Sums of up to 4096 terms in [-1, 1] that nearly cancel, added in another order
             // than eager's: 1e-5 absolute.
             _ => tol().set_absolute(1e-5),
@@ -1928,8 +1934,12 @@ mod reduce_overhead {
             got.assert_approx_eq::<f32>(&want, tol());
         }
         let m = burn_compile::metrics().since(&before);
-        let batched = burn_compile::config_for(&device).recording_copies
-            == burn_compile::RecordingCopies::Batched;
+        // Alternating recordings read an input in place where a buffer of theirs holds its
+        // value: the bias is kept as under batched copies.
+        let batched = matches!(
+            burn_compile::config_for(&device).recording_copies,
+            burn_compile::RecordingCopies::Batched | burn_compile::RecordingCopies::Alternate
+        );
         default_again();
         assert!(
             m.graph_launches >= 8,
