@@ -954,9 +954,17 @@ fn gpu_products_on_zero_padded_operands_match_eager() {
         got
     };
     let want = grads::<Autodiff<Eager>>(&d);
+    // e's gradient sums 96 products over the batch and sequence that nearly cancel (values near
+    // 1e-3), added in another order than eager's: 1e-6 absolute on wgpu (1.2e-7 seen once the
+    // column sums added their row groups pairwise).
+    let tolerance = if cfg!(feature = "cuda") {
+        tol()
+    } else {
+        tol().set_absolute(1e-6)
+    };
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         println!("checking {i}");
-        g.assert_approx_eq::<f32>(w, tol());
+        g.assert_approx_eq::<f32>(w, tolerance);
     }
 }
 
