@@ -420,11 +420,12 @@ impl Ref {
 type Walk<'a, B> =
     dyn Fn(&[f64], &Placed<<B as burn_backend::BackendTypes>::FloatTensorPrimitive>) + 'a;
 
-/// What a capture reads in place: `inputs[j]` (in [`graph_inputs`] order) tells whether graph
-/// input `j` is read from its own buffer rather than from a copy of the recording's (missing:
-/// a copy); outputs in `placed` are written into the buffers given there.
+/// What a capture reads in place: `inputs[j]` (in [`graph_inputs`] order), where given, is the
+/// buffer of the plan's recordings that holds graph input `j`'s value, read there rather than
+/// from a new buffer of this recording (missing: a new buffer, copied into per launch); outputs
+/// in `placed` are written into the buffers given there.
 struct Keep<'a, B: BackendIr> {
-    inputs: &'a [bool],
+    inputs: &'a [Option<B::Handle>],
     placed: &'a Placed<B::FloatTensorPrimitive>,
 }
 
@@ -551,9 +552,13 @@ fn capture<B: BackendIr>(
     }
     let mut statics = Vec::with_capacity(inputs.len());
     for (j, original) in originals.iter().enumerate() {
-        if keep.inputs.get(j).copied().unwrap_or(false) {
-            // Read where it is: the buffer is the recording's own already.
-            statics.push(original.clone());
+        if let Some(Some(buffer)) = keep.inputs.get(j) {
+            // Read from the recordings' buffer that holds its value. That is the tensor's own
+            // buffer only where the tensor was handed out from it; an input copied into a
+            // buffer earlier still has its own elsewhere, which its owner may free (and the
+            // graph would then read, and copy later values into, memory it does not own).
+            inner.register_handle(inputs[j].1, buffer.clone());
+            statics.push(buffer.clone());
             continue;
         }
         let made = recorder
@@ -1070,7 +1075,19 @@ fn record_side<B: BackendIr>(
         .iter()
         .map(|input| holding.get(&inner.value_name(input.tensor.id)).copied())
         .collect();
-    let kept: Vec<bool> = reads.iter().map(Option::is_some).collect();
+    let kept = reads
+        .iter()
+        .map(|b| {
+            b.map(|b| {
+                alt.buffers[b]
+                    .tensor
+                    .downcast_ref::<B::Handle>()
+                    .cloned()
+                    .ok_or_else(|| Failure::Refused("a recording buffer of another type".into()))
+            })
+            .transpose()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     // Where the outputs go: an output of another side read here as input `j` is the value
     // of input `j` at the next replay, so this side writes it where that side reads `j`.
     let mut placed = Placed::<B::FloatTensorPrimitive>::default();
