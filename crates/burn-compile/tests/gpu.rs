@@ -863,8 +863,17 @@ fn gpu_gradients_through_fused_residual_epilogues_match_eager() {
         );
     }
     let want = grads::<Autodiff<Eager>>(&d);
+    // On CUDA both sides multiply in TF32 (inputs rounded to 2^-11 relative) in other orders:
+    // a weight gradient sums 12 products of O(1) values, so its elements may differ by up to
+    // ~12 · 2^-11 · 1 ≈ 6e-3, past the suite's 2e-3 and 1 % where they nearly cancel (two
+    // elements 1.4 % off on an H100). A wrong layout or epilogue is off by O(1).
+    let tol = if cfg!(feature = "cuda") {
+        tol().set_absolute(1e-2)
+    } else {
+        tol()
+    };
     for (g, w) in got.iter().zip(&want) {
-        g.assert_approx_eq::<f32>(w, tol());
+        g.assert_approx_eq::<f32>(w, tol);
     }
 }
 
@@ -1819,7 +1828,6 @@ mod reduce_overhead {
         let (losses, weights) = train::<Autodiff<C>>(&w, &x, read_at_end);
         let m = burn_compile::metrics().since(&before);
         default_again();
-        let tol = Tolerance::relative(2e-2).set_absolute(1e-3);
         assert!(
             want_losses[0] != want_losses[19],
             "the weights move: {want_losses:?}"
@@ -1830,10 +1838,39 @@ mod reduce_overhead {
                 "step {step}: loss {g} against eager {e}"
             );
         }
-        for (g, e) in weights.iter().zip(&want_weights) {
-            g.assert_approx_eq::<f32>(e, tol);
-        }
+        adam_weights_match(&weights, &want_weights);
         m
+    }
+
+    /// The weights after [`train`]'s 20 Adam steps against eager's. Adam divides each gradient
+    /// by its own running magnitude, so a weight whose gradient stays near zero moves by up to
+    /// the learning rate each step in the direction of its sign, which TF32 products and
+    /// cubek's sums can disagree on: such a weight may end up to 2 · Σ lr ≈ 0.072 from eager's
+    /// (an H100 found one of 3152 weights 1.5e-2 off, the same under every recording mode).
+    /// So: at most 1 % of the weights outside 2 % relative / 1e-3 absolute, none beyond
+    /// 2 · Σ lr. A learning rate frozen at its first step's value (1e-2 where the schedule
+    /// gives 1e-2 / (1 + step)) moves most weights up to 0.16 further, a wrong layout by O(1).
+    fn adam_weights_match(got: &[TensorData], want: &[TensorData]) {
+        let sum_lr: f32 = (0..20).map(|step| 1e-2 / (1.0 + step as f32)).sum();
+        let (mut outside, mut total) = (0usize, 0usize);
+        for (tensor, (g, e)) in got.iter().zip(want).enumerate() {
+            let g = g.to_vec::<f32>().unwrap();
+            let e = e.to_vec::<f32>().unwrap();
+            assert_eq!(g.len(), e.len());
+            for (i, (g, e)) in g.iter().zip(&e).enumerate() {
+                let diff = (g - e).abs();
+                assert!(
+                    diff <= 2.0 * sum_lr,
+                    "weight tensor {tensor}, element {i}: {g} against eager {e}"
+                );
+                outside += usize::from(diff > 1e-3 + 2e-2 * e.abs());
+                total += 1;
+            }
+        }
+        assert!(
+            outside * 100 <= total,
+            "{outside} of {total} weights outside 2 % / 1e-3 of eager's"
+        );
     }
 
     /// Alternating recordings in a training loop: [`train`]'s 20 Adam steps with a learning
