@@ -264,6 +264,17 @@ pub(crate) fn report(record: GraphRecord, owner: ThreadId, own_thread: bool) {
         if let Some(listing) = &record.listing {
             tracing::debug!(target: "burn_compile::graphs", "graph {}:\n{listing}", record.key);
         }
+        if !record.kernels.is_empty() {
+            // What each launch of the plan is (kernel kind, its ops, epilogues), as `explain`
+            // shows it: which of a graph's ops share a kernel.
+            tracing::debug!(
+                target: "burn_compile::graphs",
+                "graph {}: {} kernels:\n  {}",
+                record.key,
+                record.kernels.len(),
+                record.kernels.join("\n  ")
+            );
+        }
     }
 
     if !own_thread {
