@@ -896,12 +896,14 @@ fn replay<B: StepBackend, S: StepState<B>, O: StepTensors<B>>(
     state: S,
     state_len: usize,
 ) -> (S, O) {
-    let mut consumed = Vec::new();
-    for t in &taken {
-        if t.owned && !consumed.contains(&t.id) {
-            consumed.push(t.id);
-        }
-    }
+    // Each id once, in order (a tensor passed twice is freed once); a set, not a scan of the
+    // list: a training step hands over hundreds of tensors.
+    let mut seen = rustc_hash::FxHashSet::default();
+    let consumed: Vec<TensorId> = taken
+        .iter()
+        .filter(|t| t.owned && seen.insert(t.id))
+        .map(|t| t.id)
+        .collect();
     let fresh: Vec<Part<B>> = rec
         .outputs
         .iter()
