@@ -170,16 +170,10 @@ pub fn column_sum<F: Float>(
             }
         }
     }
-    partial[group * tile + lane] = total;
+    let at = group * tile + lane;
+    partial[at] = total;
     sync_cube();
-    #[unroll]
-    for level in 1..comptime![groups.trailing_zeros() as usize + 1] {
-        let half = comptime![groups >> level];
-        if group < half {
-            partial[group * tile + lane] += partial[(group + half) * tile + lane];
-        }
-        sync_cube();
-    }
+    add_pairwise(&mut partial, group, at, groups, tile);
     if group == 0 && column < columns {
         let mut sum = partial[lane];
         if comptime![divisor > 1] {
@@ -221,15 +215,29 @@ fn cube_sum_of_range<F: Float>(
     }
     partial[unit] = total;
     sync_cube();
+    add_pairwise(&mut partial, unit, unit, units, comptime![1usize]);
+    partial[0]
+}
+
+/// Adds `count` partial sums (a power of two), `stride` apart in `partial`, pairwise in a tree
+/// fixed by the shape: the calling unit's is at `at`, its index among them `unit`; the total
+/// ends at the first one's place. Every unit of the cube calls it (it syncs after each level).
+#[cube]
+fn add_pairwise(
+    partial: &mut SharedMemory<f32>,
+    unit: usize,
+    at: usize,
+    #[comptime] count: usize,
+    #[comptime] stride: usize,
+) {
     #[unroll]
-    for level in 1..comptime![STRIDED_UNITS.trailing_zeros() as usize + 1] {
-        let half = comptime![STRIDED_UNITS >> level];
+    for level in 1..comptime![count.trailing_zeros() as usize + 1] {
+        let half = comptime![count >> level];
         if unit < half {
-            partial[unit] += partial[unit + half];
+            partial[at] += partial[at + comptime![half * stride]];
         }
         sync_cube();
     }
-    partial[0]
 }
 
 /// One cube per output `(o, k)`: the sum over `r` and `t` of `input[o, r, k, t]`, the units
