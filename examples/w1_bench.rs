@@ -33,7 +33,10 @@
 //! then `iters` calls with outputs kept alive and one sync at the end (`ms`: mean per call;
 //! `issue_ms`: the same clock read before that sync — on the compiled system with
 //! `BURN_COMPILE_ASYNC=0`, recording and replay both run on the caller, so with few iterations
-//! (launch queues far from full) it is the host cost of a call, which bounds `ms`). The compiled
+//! (launch queues far from full) it is the host cost of a call, which bounds `ms`; `host_ms`:
+//! `issue_ms` less the time the program waited for room in the execution thread's queue
+//! (`metrics().queue_wait_time`) — a program that records faster than the device runs its graphs
+//! waits there once 16 graphs are queued, and its `issue_ms` then measures the device). The compiled
 //! system's inference output is compared with eager's and the difference printed
 //! (`max_abs_diff_vs_eager`); a difference over the dtype's tolerance fails the run.
 
@@ -150,26 +153,29 @@ struct Figure {
     first_call_s: f64,
     /// Time to issue the timed iterations, per iteration, before the final sync.
     issue_ms: f64,
+    /// `issue_ms` less the waits for room in the execution thread's queue.
+    host_ms: f64,
     max_abs_diff_vs_eager: Option<f64>,
 }
 
 impl Figure {
-    /// A figure of `time_calls`' `(first_call_s, ms, issue_ms)`.
+    /// A figure of what `time_calls` measured.
     fn timed(
         s: &Setup,
         dtype: &str,
         phase: &'static str,
         system: &'static str,
-        (first_call_s, ms, issue_ms): (f64, f64, f64),
+        t: burn_compile_examples::Timing,
     ) -> Self {
         Self {
             workload: s.workload,
             dtype: dtype.into(),
             phase,
             system,
-            ms,
-            first_call_s,
-            issue_ms,
+            ms: t.ms,
+            first_call_s: t.first_call_s,
+            issue_ms: t.issue_ms,
+            host_ms: t.host_ms,
             max_abs_diff_vs_eager: None,
         }
     }
@@ -188,7 +194,10 @@ impl Figure {
             env("BENCH_DATE"),
             env("BENCH_GPU"),
         );
-        line.push_str(&format!(",\"issue_ms\":{:.4}", self.issue_ms));
+        line.push_str(&format!(
+            ",\"issue_ms\":{:.4},\"host_ms\":{:.4}",
+            self.issue_ms, self.host_ms
+        ));
         if let Some(d) = self.max_abs_diff_vs_eager {
             line.push_str(&format!(",\"max_abs_diff_vs_eager\":{d:.3e}"));
         }
@@ -273,13 +282,12 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
         );
     }
     let before = burn_compile::metrics();
-    let (first, ms, issue_ms) =
-        burn_compile_examples::time_calls::<B, _>(&device, s.iters, s.warmup, || {
-            forward(&model, &x)
-        });
+    let timing = burn_compile_examples::time_calls::<B, _>(&device, s.iters, s.warmup, || {
+        forward(&model, &x)
+    });
     print_replay_profile(system, dtype, "infer", s.iters);
     print_recordings(system, dtype, "infer", &before);
-    let infer = Figure::timed(s, dtype, "infer", system, (first, ms, issue_ms));
+    let infer = Figure::timed(s, dtype, "infer", system, timing);
     if s.infer_only {
         return (vec![infer], output);
     }
@@ -288,13 +296,12 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
     let mut model = Some(model_with::<Ad<B>>(&s.config, &s.weights, &device));
     let mut optim = AdamConfig::new().init();
     let before = burn_compile::metrics();
-    let (first, ms, issue_ms) =
-        burn_compile_examples::time_calls::<B, _>(&device, s.iters, s.warmup, || {
-            let (next, loss) =
-                burn_compile_examples::train_step(model.take().expect("model"), &mut optim, &xa);
-            model = Some(next);
-            loss
-        });
+    let timing = burn_compile_examples::time_calls::<B, _>(&device, s.iters, s.warmup, || {
+        let (next, loss) =
+            burn_compile_examples::train_step(model.take().expect("model"), &mut optim, &xa);
+        model = Some(next);
+        loss
+    });
     print_replay_profile(system, dtype, "train", s.iters);
     print_recordings(system, dtype, "train", &before);
     if system == "burn-compile" {
@@ -307,7 +314,7 @@ fn measure<B: Backend>(system: &'static str, dtype: &str, s: &Setup) -> (Vec<Fig
         });
         print_train_plan(system, dtype, &report);
     }
-    let train = Figure::timed(s, dtype, "train", system, (first, ms, issue_ms));
+    let train = Figure::timed(s, dtype, "train", system, timing);
     (vec![infer, train], output)
 }
 
@@ -368,11 +375,11 @@ fn measure_jit<X: burn_compile::BackendIr>(
     };
     let output = call().into_data();
     let before = burn_compile::metrics();
-    let (first, ms, issue_ms) =
+    let timing =
         burn_compile_examples::time_calls::<C<X>, _>(&device, s.iters, s.warmup, &mut call);
     report_jit(system, dtype, "infer", step.stats(), step.ineligible());
     print_recordings(system, dtype, "infer", &before);
-    let infer = Figure::timed(s, dtype, "infer", system, (first, ms, issue_ms));
+    let infer = Figure::timed(s, dtype, "infer", system, timing);
     if s.infer_only {
         return (vec![infer], output);
     }
@@ -402,11 +409,13 @@ fn measure_jit<X: burn_compile::BackendIr>(
     let (_, report) = burn_compile::explain(|| call().into_data());
     print_train_plan(system, dtype, &report);
     let before = burn_compile::metrics();
-    let (_, ms, issue_ms) =
+    let mut timing =
         burn_compile_examples::time_calls::<C<X>, _>(&device, s.iters, s.warmup, &mut call);
     report_jit(system, dtype, "train", step.stats(), step.ineligible());
     print_recordings(system, dtype, "train", &before);
-    let train = Figure::timed(s, dtype, "train", system, (first, ms, issue_ms));
+    // The first call is the one timed above (`time_calls`' own is the step's fourth).
+    timing.first_call_s = first;
+    let train = Figure::timed(s, dtype, "train", system, timing);
     (vec![infer, train], output)
 }
 

@@ -39,6 +39,8 @@ struct Figure {
     ms: f64,
     first_call_s: f64,
     issue_ms: f64,
+    /// `issue_ms` less the waits for room in the execution thread's queue.
+    host_ms: f64,
 }
 
 /// Reproducible tokens below `vocab`: `[batch, context + 1]` (inputs and next-token targets).
@@ -84,13 +86,19 @@ fn measure<B: AutodiffBackend>(
     };
     // The first step's loss, read (its own step, before the timing).
     let first_loss = step().into_scalar().elem::<f64>();
-    let (first_call_s, ms, issue_ms) = time_calls::<B, _>(&device, o.iters, o.warmup, &mut step);
+    let burn_compile_examples::Timing {
+        first_call_s,
+        ms,
+        issue_ms,
+        host_ms,
+    } = time_calls::<B, _>(&device, o.iters, o.warmup, &mut step);
     Figure {
         system,
         first_loss,
         ms,
         first_call_s,
         issue_ms,
+        host_ms,
     }
 }
 
@@ -178,13 +186,14 @@ fn main() -> ExitCode {
         .iter()
         .map(|f| {
             format!(
-                "{{\"workload\":\"{workload}\",\"dtype\":\"{}\",\"phase\":\"train\",\"system\":\"{}\",\"mode\":\"{}\",\"ms\":{:.4},\"first_call_s\":{:.3},\"issue_ms\":{:.4},\"first_loss\":{:.6},\"tokens_per_s\":{:.0},\"date\":\"{}\",\"gpu\":\"{}\"}}",
+                "{{\"workload\":\"{workload}\",\"dtype\":\"{}\",\"phase\":\"train\",\"system\":\"{}\",\"mode\":\"{}\",\"ms\":{:.4},\"first_call_s\":{:.3},\"issue_ms\":{:.4},\"host_ms\":{:.4},\"first_loss\":{:.6},\"tokens_per_s\":{:.0},\"date\":\"{}\",\"gpu\":\"{}\"}}",
                 o.dtype,
                 f.system,
                 bench_mode(f.system),
                 f.ms,
                 f.first_call_s,
                 f.issue_ms,
+                f.host_ms,
                 f.first_loss,
                 (batch * config.context) as f64 / (f.ms / 1e3),
                 env("BENCH_DATE"),

@@ -171,6 +171,8 @@ struct Figure {
     ms: f64,
     first_call_s: f64,
     issue_ms: f64,
+    /// `issue_ms` less the waits for room in the execution thread's queue.
+    host_ms: f64,
     /// The first training step's loss (training only).
     first_loss: Option<f64>,
 }
@@ -190,14 +192,19 @@ fn measure<B: AutodiffBackend>(
     // Inference on the inner backend, BatchNorm in evaluation mode.
     let eval = model.valid();
     let xi = x.clone().inner();
-    let (first_call_s, ms, issue_ms) =
-        time_calls::<B::InnerBackend, _>(&device, o.iters, o.warmup, || eval.forward(xi.clone()));
+    let burn_compile_examples::Timing {
+        first_call_s,
+        ms,
+        issue_ms,
+        host_ms,
+    } = time_calls::<B::InnerBackend, _>(&device, o.iters, o.warmup, || eval.forward(xi.clone()));
     let infer = Figure {
         system,
         phase: "infer",
         ms,
         first_call_s,
         issue_ms,
+        host_ms,
         first_loss: None,
     };
     let mut model = Some(model);
@@ -214,13 +221,19 @@ fn measure<B: AutodiffBackend>(
         loss.inner()
     };
     let first_loss = step().into_scalar().elem::<f64>();
-    let (first_call_s, ms, issue_ms) = time_calls::<B, _>(&device, o.iters, o.warmup, &mut step);
+    let burn_compile_examples::Timing {
+        first_call_s,
+        ms,
+        issue_ms,
+        host_ms,
+    } = time_calls::<B, _>(&device, o.iters, o.warmup, &mut step);
     let train = Figure {
         system,
         phase: "train",
         ms,
         first_call_s,
         issue_ms,
+        host_ms,
         first_loss: Some(first_loss),
     };
     vec![infer, train]
@@ -321,7 +334,7 @@ fn main() -> ExitCode {
         .iter()
         .map(|f| {
             format!(
-                "{{\"workload\":\"{workload}\",\"dtype\":\"{}\",\"phase\":\"{}\",\"system\":\"{}\",\"mode\":\"{}\",\"ms\":{:.4},\"first_call_s\":{:.3},\"issue_ms\":{:.4},\"date\":\"{}\",\"gpu\":\"{}\"}}",
+                "{{\"workload\":\"{workload}\",\"dtype\":\"{}\",\"phase\":\"{}\",\"system\":\"{}\",\"mode\":\"{}\",\"ms\":{:.4},\"first_call_s\":{:.3},\"issue_ms\":{:.4},\"host_ms\":{:.4},\"date\":\"{}\",\"gpu\":\"{}\"}}",
                 o.dtype,
                 f.phase,
                 f.system,
@@ -329,6 +342,7 @@ fn main() -> ExitCode {
                 f.ms,
                 f.first_call_s,
                 f.issue_ms,
+                f.host_ms,
                 env("BENCH_DATE"),
                 env("BENCH_GPU"),
             )

@@ -145,17 +145,31 @@ pub fn train_step_at<B: AutodiffBackend, O: Optimizer<TransformerEncoder<B>, B>>
     (optim.step(lr, model, grads), loss)
 }
 
+/// What [`time_calls`] measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// The first call alone, synced: compiles, autotune, first graphs.
+    pub first_call_s: f64,
+    /// Mean ms per timed call, up to the final sync.
+    pub ms: f64,
+    /// Ms per call it took to issue the timed calls (the clock before the final sync).
+    pub issue_ms: f64,
+    /// `issue_ms` less the time the program waited for room in the execution thread's queue
+    /// (`metrics().queue_wait_time`): the host work of a call. Once a program records faster
+    /// than its graphs run, it waits there for the device, and `issue_ms` measures the device.
+    pub host_ms: f64,
+}
+
 /// Times `call` as the benchmarks do: the first call alone, synced (compiles, autotune); then
 /// `warmup` calls; then `iters` calls with their results kept alive (a result dropped unused is
 /// dead code to the compiled system) and one sync at the end. Each call ends a step
-/// (`mark_step`). Returns the first call's seconds, the mean ms per timed call, and the ms per
-/// call it took to issue them (the clock before the final sync).
+/// (`mark_step`).
 pub fn time_calls<B: Backend, T>(
     device: &B::Device,
     iters: usize,
     warmup: usize,
     mut call: impl FnMut() -> T,
-) -> (f64, f64, f64) {
+) -> Timing {
     use std::time::Instant;
     let mark = || {
         burn_compile::mark_step();
@@ -175,6 +189,7 @@ pub fn time_calls<B: Backend, T>(
     drop(warm);
     // The replay profile (when on) covers the timed calls only.
     let _ = burn_compile::take_replay_profile();
+    let waited_before = burn_compile::metrics().queue_wait_time;
     let mut outs = Vec::with_capacity(iters);
     let start = Instant::now();
     for _ in 0..iters {
@@ -182,12 +197,15 @@ pub fn time_calls<B: Backend, T>(
         burn_compile::mark_step();
     }
     let issued = start.elapsed().as_secs_f64() * 1e3 / iters as f64;
+    let waited = (burn_compile::metrics().queue_wait_time - waited_before).as_secs_f64() * 1e3
+        / iters as f64;
     B::sync(device).expect("sync");
-    (
-        first_s,
-        start.elapsed().as_secs_f64() * 1e3 / iters as f64,
-        issued,
-    )
+    Timing {
+        first_call_s: first_s,
+        ms: start.elapsed().as_secs_f64() * 1e3 / iters as f64,
+        issue_ms: issued,
+        host_ms: issued - waited,
+    }
 }
 
 /// The command line of `w2_bench` and `w3_bench`: `--dtypes f32|bf16` (one per process),

@@ -87,6 +87,12 @@ pub struct Metrics {
     /// Alternating recordings: outputs of earlier calls the program still held, moved into new
     /// buffers (a copy) before a launch overwrote the recording's.
     pub graph_outputs_moved: u64,
+    /// Closed graphs whose hand-off to the execution thread waited for room in its queue (the
+    /// program had recorded 16 graphs ahead of the device: back-pressure), and the time the
+    /// program waited there. A call's host work is its time on the program's thread less this
+    /// wait.
+    pub queue_waits: u64,
+    pub queue_wait_time: Duration,
     /// Breaks per reason, in [`BreakReason::ALL`] order.
     pub breaks: Vec<(BreakReason, u64)>,
 }
@@ -140,6 +146,8 @@ impl Metrics {
             graph_inputs_copied: self.graph_inputs_copied - earlier.graph_inputs_copied,
             graph_inputs_kept: self.graph_inputs_kept - earlier.graph_inputs_kept,
             graph_outputs_moved: self.graph_outputs_moved - earlier.graph_outputs_moved,
+            queue_waits: self.queue_waits - earlier.queue_waits,
+            queue_wait_time: self.queue_wait_time.saturating_sub(earlier.queue_wait_time),
             breaks: self
                 .breaks
                 .iter()
@@ -196,6 +204,8 @@ pub fn metrics() -> Metrics {
         graph_inputs_copied: r.recording_inputs_copied.load(Relaxed),
         graph_inputs_kept: r.recording_inputs_kept.load(Relaxed),
         graph_outputs_moved: r.recording_outputs_moved.load(Relaxed),
+        queue_waits: r.queue_waits.load(Relaxed),
+        queue_wait_time: Duration::from_nanos(r.queue_wait_nanos.load(Relaxed)),
         breaks: BreakReason::ALL
             .iter()
             .zip(c.breaks.iter())

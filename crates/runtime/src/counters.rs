@@ -44,6 +44,10 @@ pub struct Counters {
     /// Outputs a program still held, moved out of an alternating recording's buffer before a
     /// launch overwrote it.
     pub recording_outputs_moved: AtomicU64,
+    /// Graphs whose submission waited for room in the execution thread's queue (the recording
+    /// thread had run [`crate::executor::MAX_QUEUED`] graphs ahead), and the time it waited.
+    pub queue_waits: AtomicU64,
+    pub queue_wait_nanos: AtomicU64,
 }
 
 pub static COUNTERS: Counters = Counters {
@@ -65,6 +69,8 @@ pub static COUNTERS: Counters = Counters {
     recording_inputs_copied: AtomicU64::new(0),
     recording_inputs_kept: AtomicU64::new(0),
     recording_outputs_moved: AtomicU64::new(0),
+    queue_waits: AtomicU64::new(0),
+    queue_wait_nanos: AtomicU64::new(0),
 };
 
 /// Adds one to a counter.

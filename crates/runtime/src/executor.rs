@@ -26,6 +26,7 @@
 //! With `CompileConfig::async_execution` off, graphs run on the calling thread instead.
 
 use crate::InnerDevice;
+use crate::counters::COUNTERS;
 use crate::replay::{StepBinding, execute};
 use burn_compile_graph::GraphKey;
 use burn_compile_schedule::Plan;
@@ -215,13 +216,23 @@ impl<B: BackendIr> Executor<B> {
         {
             // Back-pressure: a program that records faster than its graphs run (a CPU training
             // loop that never reads) waits here, instead of queueing every step's ops.
+            // The wait is counted: the time a program spends here is the device's, not the
+            // host work of its calls (`metrics().queue_wait_time`).
             let mut progress = lock(&self.shared.progress);
-            while progress.pending >= MAX_QUEUED {
-                progress = self
-                    .shared
-                    .idle
-                    .wait(progress)
-                    .unwrap_or_else(|e| e.into_inner());
+            if progress.pending >= MAX_QUEUED {
+                let start = std::time::Instant::now();
+                while progress.pending >= MAX_QUEUED {
+                    progress = self
+                        .shared
+                        .idle
+                        .wait(progress)
+                        .unwrap_or_else(|e| e.into_inner());
+                }
+                let waited = start.elapsed().as_nanos() as u64;
+                COUNTERS.queue_waits.fetch_add(1, Ordering::Relaxed);
+                COUNTERS
+                    .queue_wait_nanos
+                    .fetch_add(waited, Ordering::Relaxed);
             }
             progress.pending += 1;
         }

@@ -16,6 +16,7 @@ mod support;
 
 mod accuracy;
 mod autodiff;
+mod back_pressure;
 mod backend_gaps;
 mod capture;
 mod column_sums;
