@@ -208,6 +208,14 @@ impl<B: BackendIr> CompileClient<B> {
         RouterTensor::new(new_tensor_id(), shape, dtype, self.clone())
     }
 
+    /// Whether capture is enabled on this device (its config as the capture holds it: read
+    /// again after a [`crate::configure`], not per call — a compiled step asks at every call).
+    pub(crate) fn enabled(&self) -> bool {
+        let mut state = self.shared.lock_state();
+        self.shared.refresh_config(&mut state);
+        state.config.enabled
+    }
+
     /// Which device this client captures for (equal for clones).
     pub(crate) fn device_key(&self) -> usize {
         self.shared.device_key()

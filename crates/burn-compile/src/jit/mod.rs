@@ -417,8 +417,7 @@ where
             inputs: layout,
             scalars: scalars.len(),
         };
-        let off = crate::stance::stance() == crate::Stance::Eager
-            || !crate::config::config_for(&burn_router::RunnerClient::device(&client)).enabled;
+        let off = crate::stance::stance() == crate::Stance::Eager || !client.enabled();
         let found = self.variants.iter().position(|(g, _)| *g == guard);
         if !off && let Some(i) = found {
             let variant = &mut self.variants[i].1;

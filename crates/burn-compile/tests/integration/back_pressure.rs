@@ -44,7 +44,10 @@ fn recording_ahead_of_the_execution_thread_waits_and_the_wait_is_counted() {
     let before = burn_compile::metrics();
     chain(true).assert_eq(&eager, true);
     let reading = burn_compile::metrics().since(&before);
-    assert_eq!(reading.queue_waits, 0, "a program reading each result never runs ahead");
+    assert_eq!(
+        reading.queue_waits, 0,
+        "a program reading each result never runs ahead"
+    );
 
     let before = burn_compile::metrics();
     chain(false).assert_eq(&eager, true);
