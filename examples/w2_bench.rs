@@ -36,11 +36,8 @@ const SYSTEMS: &[&str] = &["burn-eager", "burn-compile"];
 struct Figure {
     system: &'static str,
     first_loss: f64,
-    ms: f64,
-    first_call_s: f64,
-    issue_ms: f64,
-    /// `issue_ms` less the waits for room in the execution thread's queue.
-    host_ms: f64,
+    /// Per call: wall, first call, issue and host times.
+    timing: burn_compile_examples::Timing,
 }
 
 /// Reproducible tokens below `vocab`: `[batch, context + 1]` (inputs and next-token targets).
@@ -86,19 +83,11 @@ fn measure<B: AutodiffBackend>(
     };
     // The first step's loss, read (its own step, before the timing).
     let first_loss = step().into_scalar().elem::<f64>();
-    let burn_compile_examples::Timing {
-        first_call_s,
-        ms,
-        issue_ms,
-        host_ms,
-    } = time_calls::<B, _>(&device, o.iters, o.warmup, &mut step);
+    let timing = time_calls::<B, _>(&device, o.iters, o.warmup, &mut step);
     Figure {
         system,
         first_loss,
-        ms,
-        first_call_s,
-        issue_ms,
-        host_ms,
+        timing,
     }
 }
 
@@ -128,7 +117,11 @@ where
         };
         eprintln!(
             "{system} {}: first loss {:.6}, {:.3} ms/step (issued in {:.3} ms), first call {:.2} s",
-            o.dtype, figure.first_loss, figure.ms, figure.issue_ms, figure.first_call_s
+            o.dtype,
+            figure.first_loss,
+            figure.timing.ms,
+            figure.timing.issue_ms,
+            figure.timing.first_call_s
         );
         figures.push(figure);
     }
@@ -190,12 +183,12 @@ fn main() -> ExitCode {
                 o.dtype,
                 f.system,
                 bench_mode(f.system),
-                f.ms,
-                f.first_call_s,
-                f.issue_ms,
-                f.host_ms,
+                f.timing.ms,
+                f.timing.first_call_s,
+                f.timing.issue_ms,
+                f.timing.host_ms,
                 f.first_loss,
-                (batch * config.context) as f64 / (f.ms / 1e3),
+                (batch * config.context) as f64 / (f.timing.ms / 1e3),
                 env("BENCH_DATE"),
                 env("BENCH_GPU"),
             )

@@ -168,11 +168,8 @@ impl<B: Backend> ResNet<B> {
 struct Figure {
     system: &'static str,
     phase: &'static str,
-    ms: f64,
-    first_call_s: f64,
-    issue_ms: f64,
-    /// `issue_ms` less the waits for room in the execution thread's queue.
-    host_ms: f64,
+    /// Per call: wall, first call, issue and host times.
+    timing: burn_compile_examples::Timing,
     /// The first training step's loss (training only).
     first_loss: Option<f64>,
 }
@@ -192,19 +189,12 @@ fn measure<B: AutodiffBackend>(
     // Inference on the inner backend, BatchNorm in evaluation mode.
     let eval = model.valid();
     let xi = x.clone().inner();
-    let burn_compile_examples::Timing {
-        first_call_s,
-        ms,
-        issue_ms,
-        host_ms,
-    } = time_calls::<B::InnerBackend, _>(&device, o.iters, o.warmup, || eval.forward(xi.clone()));
+    let timing =
+        time_calls::<B::InnerBackend, _>(&device, o.iters, o.warmup, || eval.forward(xi.clone()));
     let infer = Figure {
         system,
         phase: "infer",
-        ms,
-        first_call_s,
-        issue_ms,
-        host_ms,
+        timing,
         first_loss: None,
     };
     let mut model = Some(model);
@@ -221,19 +211,11 @@ fn measure<B: AutodiffBackend>(
         loss.inner()
     };
     let first_loss = step().into_scalar().elem::<f64>();
-    let burn_compile_examples::Timing {
-        first_call_s,
-        ms,
-        issue_ms,
-        host_ms,
-    } = time_calls::<B, _>(&device, o.iters, o.warmup, &mut step);
+    let timing = time_calls::<B, _>(&device, o.iters, o.warmup, &mut step);
     let train = Figure {
         system,
         phase: "train",
-        ms,
-        first_call_s,
-        issue_ms,
-        host_ms,
+        timing,
         first_loss: Some(first_loss),
     };
     vec![infer, train]
@@ -278,9 +260,9 @@ where
                 "{system} {} {}: {:.3} ms (issued in {:.3} ms), first call {:.2} s{}",
                 o.dtype,
                 figure.phase,
-                figure.ms,
-                figure.issue_ms,
-                figure.first_call_s,
+                figure.timing.ms,
+                figure.timing.issue_ms,
+                figure.timing.first_call_s,
                 figure
                     .first_loss
                     .map_or(String::new(), |l| format!(", first loss {l:.6}")),
@@ -339,10 +321,10 @@ fn main() -> ExitCode {
                 f.phase,
                 f.system,
                 bench_mode(f.system),
-                f.ms,
-                f.first_call_s,
-                f.issue_ms,
-                f.host_ms,
+                f.timing.ms,
+                f.timing.first_call_s,
+                f.timing.issue_ms,
+                f.timing.host_ms,
                 env("BENCH_DATE"),
                 env("BENCH_GPU"),
             )
