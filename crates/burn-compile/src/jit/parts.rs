@@ -289,12 +289,15 @@ fn dispose<C: burn_router::RunnerClient>(tensor: RouterTensor<C>) {
     let _ = tensor.into_ir();
 }
 
+/// A placeholder is never computed with, nor asked whether it requires a gradient (the taken
+/// part carries that): it is not made an autodiff leaf, which would register a root in
+/// autodiff's graph for every parameter at every call.
 fn placeholder_of<B: StepBackend>(part: &Part<B>) -> Part<B> {
     let t = &part.tensor;
     Part {
         tensor: RouterTensor::new(id_of(t), t.shape(), t.dtype(), t.client.clone()),
         kind: part.kind,
-        require_grad: part.require_grad,
+        require_grad: false,
     }
 }
 
