@@ -149,12 +149,8 @@ struct Figure {
     dtype: String,
     phase: &'static str,
     system: &'static str,
-    ms: f64,
-    first_call_s: f64,
-    /// Time to issue the timed iterations, per iteration, before the final sync.
-    issue_ms: f64,
-    /// `issue_ms` less the waits for room in the execution thread's queue.
-    host_ms: f64,
+    /// Per call: wall, first call, issue and host times.
+    timing: burn_compile_examples::Timing,
     max_abs_diff_vs_eager: Option<f64>,
 }
 
@@ -165,17 +161,14 @@ impl Figure {
         dtype: &str,
         phase: &'static str,
         system: &'static str,
-        t: burn_compile_examples::Timing,
+        timing: burn_compile_examples::Timing,
     ) -> Self {
         Self {
             workload: s.workload,
             dtype: dtype.into(),
             phase,
             system,
-            ms: t.ms,
-            first_call_s: t.first_call_s,
-            issue_ms: t.issue_ms,
-            host_ms: t.host_ms,
+            timing,
             max_abs_diff_vs_eager: None,
         }
     }
@@ -189,14 +182,14 @@ impl Figure {
             self.phase,
             self.system,
             burn_compile_examples::bench_mode(self.system),
-            self.ms,
-            self.first_call_s,
+            self.timing.ms,
+            self.timing.first_call_s,
             env("BENCH_DATE"),
             env("BENCH_GPU"),
         );
         line.push_str(&format!(
             ",\"issue_ms\":{:.4},\"host_ms\":{:.4}",
-            self.issue_ms, self.host_ms
+            self.timing.issue_ms, self.timing.host_ms
         ));
         if let Some(d) = self.max_abs_diff_vs_eager {
             line.push_str(&format!(",\"max_abs_diff_vs_eager\":{d:.3e}"));

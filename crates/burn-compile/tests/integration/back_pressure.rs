@@ -3,7 +3,7 @@
 //! process of its own: the counters are the process's, and no other test may queue graphs
 //! while it checks that a reading program never waits.)
 
-use burn::tensor::Tensor;
+use burn::tensor::{Tensor, TensorData, backend::Backend};
 use burn_compile::Compiled;
 use burn_flex::Flex;
 
@@ -20,29 +20,10 @@ use support::matrix;
 fn recording_ahead_of_the_execution_thread_waits_and_the_wait_is_counted() {
     crate::own_process!(recording_ahead_of_the_execution_thread_waits_and_the_wait_is_counted);
     let device = Default::default();
-    let chain = |read_each: bool| {
-        let x = Tensor::<C, 2>::from_data(matrix([256, 256], 5), &device) / 64.0;
-        let mut y = x.clone();
-        for _ in 0..48 {
-            y = y.matmul(x.clone()).tanh();
-            if read_each {
-                let _ = y.clone().into_data();
-            }
-            burn_compile::mark_step();
-        }
-        y.into_data()
-    };
-    let eager = {
-        let x = Tensor::<Flex, 2>::from_data(matrix([256, 256], 5), &device) / 64.0;
-        let mut y = x.clone();
-        for _ in 0..48 {
-            y = y.matmul(x.clone()).tanh();
-        }
-        y.into_data()
-    };
+    let eager = chain::<Flex>(&device, false);
 
     let before = burn_compile::metrics();
-    chain(true).assert_eq(&eager, true);
+    chain::<C>(&device, true).assert_eq(&eager, true);
     let reading = burn_compile::metrics().since(&before);
     assert_eq!(
         reading.queue_waits, 0,
@@ -50,9 +31,24 @@ fn recording_ahead_of_the_execution_thread_waits_and_the_wait_is_counted() {
     );
 
     let before = burn_compile::metrics();
-    chain(false).assert_eq(&eager, true);
+    chain::<C>(&device, false).assert_eq(&eager, true);
     let ahead = burn_compile::metrics().since(&before);
     // 48 graphs recorded in well under the time one 256³ product takes on the worker.
     assert!(ahead.queue_waits > 0, "{ahead:?}");
     assert!(!ahead.queue_wait_time.is_zero(), "{ahead:?}");
+}
+
+/// 48 steps of `y = tanh(y · x)`, each ended by `mark_step`; `read_each` reads every step's
+/// result back (a program that never runs ahead).
+fn chain<B: Backend>(device: &B::Device, read_each: bool) -> TensorData {
+    let x = Tensor::<B, 2>::from_data(matrix([256, 256], 5), device) / 64.0;
+    let mut y = x.clone();
+    for _ in 0..48 {
+        y = y.matmul(x.clone()).tanh();
+        if read_each {
+            let _ = y.clone().into_data();
+        }
+        burn_compile::mark_step();
+    }
+    y.into_data()
 }
