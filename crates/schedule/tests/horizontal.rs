@@ -7,7 +7,7 @@ use burn_compile_schedule::{HorizontalGroup, Plan, Step};
 use burn_ir::{OperationIr, TensorIr, TensorStatus};
 
 mod support;
-use support::{add, exp, matmul, mul_scalar, plan_with, reshape};
+use support::{add, exp, matmul, mul, mul_scalar, plan_with, reshape};
 
 fn t(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
     support::tensor(id, shape, status, DType::F32)
@@ -34,6 +34,17 @@ fn update_of(grad: TensorIr, param: TensorIr, base: u64) -> Vec<OperationIr> {
             base + 4,
         ),
     ]
+}
+
+/// Update 1 (of a `[4, 8]` parameter), then a matmul reading its output (id 14) into id 51.
+fn update_then_its_reader() -> Vec<OperationIr> {
+    let mut ops = update(10, &[4, 8]);
+    ops.push(matmul(
+        t(14, &[4, 8], ReadOnly),
+        t(50, &[8, 2], ReadOnly),
+        51,
+    ));
+    ops
 }
 
 fn horizontal(ops: &[OperationIr]) -> Plan {
@@ -96,30 +107,110 @@ fn a_kernel_feeding_another_through_an_op_stays_apart() {
 }
 
 /// An op between the two updates frees a tensor update 1 reads (its last use, `ReadWrite`):
-/// update 1 cannot be moved past it. The same op reading it without freeing it is no obstacle.
+/// update 1 cannot be moved past it, and update 2 reads its result, so update 2 cannot run
+/// before it either. The same op reading it without freeing it is no obstacle.
 #[test]
 fn a_kernel_is_not_moved_past_an_op_that_frees_its_input() {
     let graph = |status| {
         let mut ops = update(10, &[4, 8]);
         // The parameter of update 1 (id 11) read by a matmul: its last use when `ReadWrite`.
         ops.push(matmul(t(11, &[4, 8], status), t(50, &[8, 2], ReadOnly), 51));
-        ops.extend(update(20, &[8]));
+        ops.extend(update_of(
+            t(20, &[4, 2], ReadWrite),
+            t(51, &[4, 2], ReadOnly),
+            20,
+        ));
         ops
     };
     assert!(horizontal(&graph(ReadWrite)).horizontal.is_empty());
     assert_eq!(members(&horizontal(&graph(ReadOnly))), vec![vec![0, 1]]);
 }
 
-/// An op between the two updates reads update 1's output: update 1 must run before it.
+/// An op between the two updates reads update 1's output, and update 2 reads that op's
+/// result: neither update can run at the other's place.
 #[test]
 fn a_kernel_is_not_moved_past_a_reader_of_its_output() {
-    let mut ops = update(10, &[4, 8]);
-    ops.push(matmul(
-        t(14, &[4, 8], ReadOnly),
-        t(50, &[8, 2], ReadOnly),
-        51,
+    let mut ops = update_then_its_reader();
+    ops.extend(update_of(
+        t(20, &[4, 2], ReadWrite),
+        t(51, &[4, 2], ReadOnly),
+        20,
     ));
+    assert!(horizontal(&ops).horizontal.is_empty());
+}
+
+/// The same graph with update 2 reading only the step's inputs: update 1 still cannot wait
+/// past the reader of its output, but update 2 can run early, at update 1's place.
+#[test]
+fn a_kernel_that_cannot_wait_is_joined_by_a_later_one_at_its_place() {
+    let mut ops = update_then_its_reader();
     ops.extend(update(20, &[8]));
+    let plan = horizontal(&ops);
+    assert_eq!(members(&plan), vec![vec![0, 1]]);
+    assert_eq!(
+        plan.steps,
+        vec![Step::Horizontal { group: 0 }, Step::Eager { op: 3 }],
+        "the group runs where update 1 ran, before the matmul reading its output"
+    );
+}
+
+/// An Adam-like step over two parameters: each parameter's one-element bias correction
+/// (`c = exp(s · 0.9)` from its own state `s`) is read by that parameter's update right after
+/// it. The updates wait for the last one; the corrections cannot, so they run together at the
+/// first one's place: four kernels, two launches.
+#[test]
+fn per_parameter_corrections_run_together_at_the_first_ones_place() {
+    let step = |base: u64, shape: &[usize]| {
+        let one = vec![1; shape.len()];
+        vec![
+            mul_scalar(t(base, &one, ReadWrite), 0.9, base + 1),
+            exp(t(base + 1, &one, ReadWrite), base + 2),
+            mul(
+                t(base + 3, shape, ReadWrite),
+                t(base + 2, &one, ReadWrite),
+                base + 4,
+            ),
+            add(
+                t(base + 4, shape, ReadWrite),
+                t(base + 5, shape, ReadOnly),
+                base + 6,
+            ),
+        ]
+    };
+    let mut ops = step(10, &[4, 8]);
+    ops.extend(step(20, &[8]));
+    let separate = plan_with(&ops, false, false, false, usize::MAX);
+    assert_eq!(separate.fused.len(), 4, "{:#?}", separate.fused);
+    let plan = horizontal(&ops);
+    assert_eq!(members(&plan), vec![vec![1, 3], vec![0, 2]]);
+    assert_eq!(plan.launches(), 2);
+    assert_eq!(
+        plan.steps,
+        vec![Step::Horizontal { group: 1 }, Step::Horizontal { group: 0 }]
+    );
+}
+
+/// A later kernel never runs before the op that writes what it reads, nor before an op that
+/// reads what it consumes.
+#[test]
+fn a_kernel_is_not_run_early_before_its_input_or_a_reader_of_what_it_frees() {
+    // Update 2's gradient is the matmul's result.
+    let mut ops = update_then_its_reader();
+    ops.extend(update_of(
+        t(51, &[4, 2], ReadWrite),
+        t(21, &[4, 2], ReadOnly),
+        20,
+    ));
+    assert!(horizontal(&ops).horizontal.is_empty());
+
+    // The matmul reads update 2's gradient, which update 2 consumes.
+    let mut ops = update_then_its_reader();
+    ops.push(matmul(
+        t(20, &[8, 2], ReadOnly),
+        t(52, &[2, 3], ReadOnly),
+        53,
+    ));
+    ops.extend(update(20, &[8, 2]));
     assert!(horizontal(&ops).horizontal.is_empty());
 }
 

@@ -13,7 +13,10 @@
 //! order. A member may move past an operation only when that operation neither reads what the
 //! member writes nor frees (consumes, drops) what the member reads; everything between a
 //! member's own place and the group's place is checked against that, at the places where the
-//! steps of the plan really run. Members are pointwise kernels whose sizes are all constants
+//! steps of the plan really run. Kernels that cannot wait (each parameter's update reads its
+//! own bias corrections right after them) are then grouped the other way, at the first
+//! member's place: a later member may move before an operation that neither writes what the
+//! member reads nor reads what it frees. Members are pointwise kernels whose sizes are all constants
 //! (a row kernel's units share rows; a kernel of symbolic sizes does not know its share of the
 //! units until it runs) and that hoist no views (they would have to move too).
 
@@ -98,6 +101,19 @@ struct Open {
     tensors: FxHashMap<u64, (usize, Use)>,
 }
 
+/// Which way a group's members move to run together.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// To the last member's place: the earlier members wait (an update whose result nothing
+    /// reads before the step ends).
+    Later,
+    /// To the first member's place: the later members run early. For kernels that a kernel
+    /// of another program reads right after them, such as each parameter's bias corrections
+    /// of an Adam step, read by that parameter's update: none can wait for the last one, but
+    /// all can run at the first one's place since they read only the step's inputs.
+    Earlier,
+}
+
 /// The groups of the horizontal fuser.
 pub(crate) struct HorizontalFuser;
 
@@ -106,81 +122,135 @@ impl Fuser for HorizontalFuser {
         if !options.horizontal || options.fused.is_none() {
             return;
         }
-        let place = step_places(ops, claims);
-        // Operations by the place their step runs at.
-        let mut at_place: Vec<Vec<u32>> = vec![Vec::new(); ops.len()];
-        for (op, p) in place.iter().enumerate() {
-            at_place[*p].push(op as u32);
-        }
-        let member_of = {
-            let mut member_of = vec![None; ops.len()];
-            for (g, group) in claims.fused.iter().enumerate() {
-                for &op in group.ops.iter().chain(&group.drops) {
-                    member_of[op as usize] = Some(g);
-                }
-            }
-            member_of
-        };
         let limit = options.max_kernel_buffers.min(MAX_HORIZONTAL_BUFFERS);
-        let mut candidates: Vec<usize> = (0..claims.fused.len())
-            .filter(|&g| {
-                let group = &claims.fused[g];
-                group.kernel.row.is_none()
-                    && !group.symbolic()
-                    && group.hoisted.is_empty()
-                    && group.inputs.len() + group.outputs.len() <= limit / 2
-            })
-            .collect();
-        candidates.sort_by_key(|&g| claims.fused[g].ops[0]);
+        // Moving later first: it takes the updates, which are most of the kernels. The
+        // earlier groups are then found among what is left, at the places the later groups
+        // run at.
+        for direction in [Direction::Later, Direction::Earlier] {
+            let groups = find_groups(ops, claims, limit, direction);
+            place_groups(claims, groups, direction);
+        }
+    }
+}
 
-        let mut open: FxHashMap<ProgramKey, Open> = FxHashMap::default();
-        let mut done: Vec<Vec<usize>> = Vec::new();
-        for g in candidates {
+/// The groups that moving `direction` makes among the kernels no horizontal group holds yet.
+fn find_groups(
+    ops: &[OperationIr],
+    claims: &Claims,
+    limit: usize,
+    direction: Direction,
+) -> Vec<Vec<usize>> {
+    let place = step_places(ops, claims);
+    // Operations by the place their step runs at.
+    let mut at_place: Vec<Vec<u32>> = vec![Vec::new(); ops.len()];
+    for (op, p) in place.iter().enumerate() {
+        at_place[*p].push(op as u32);
+    }
+    let member_of = {
+        let mut member_of = vec![None; ops.len()];
+        for (g, group) in claims.fused.iter().enumerate() {
+            for &op in group.ops.iter().chain(&group.drops) {
+                member_of[op as usize] = Some(g);
+            }
+        }
+        member_of
+    };
+    let grouped: Vec<u32> = claims
+        .horizontal
+        .iter()
+        .flat_map(|h| h.members.iter().copied())
+        .collect();
+    let mut candidates: Vec<usize> = (0..claims.fused.len())
+        .filter(|&g| {
             let group = &claims.fused[g];
-            let at = group.ops[0] as usize;
-            let key = ProgramKey::of(&group.kernel);
-            let buffers = group.inputs.len() + group.outputs.len();
-            if let Some(current) = open.get_mut(&key) {
-                let fits = current.buffers + buffers <= limit;
-                if fits && movable(ops, &at_place, &member_of, current, at) {
-                    current.members.push(g);
-                    current.at = at;
-                    current.buffers += buffers;
-                    add_tensors(ops, group, g, &mut current.tensors);
-                    continue;
-                }
-                let closed = open.remove(&key).expect("found above");
-                done.push(closed.members);
-            }
-            let mut tensors = FxHashMap::default();
-            add_tensors(ops, group, g, &mut tensors);
-            open.insert(
-                key,
-                Open {
-                    members: vec![g],
-                    at,
-                    buffers,
-                    tensors,
-                },
-            );
-        }
-        done.extend(open.into_values().map(|o| o.members));
-        done.retain(|members| members.len() > 1);
-        done.sort_by_key(|members| claims.fused[*members.last().expect("members")].ops[0]);
+            !grouped.contains(&(g as u32))
+                && group.kernel.row.is_none()
+                && !group.symbolic()
+                && group.hoisted.is_empty()
+                && group.inputs.len() + group.outputs.len() <= limit / 2
+        })
+        .collect();
+    candidates.sort_by_key(|&g| claims.fused[g].ops[0]);
 
-        for members in done {
-            let at = claims.horizontal.len() as u32;
-            for &m in &members {
-                let place = claims.fused[m].ops[0] as usize;
-                claims.steps_at[place]
-                    .retain(|s| !matches!(s, Step::Fused { group } if *group as usize == m));
+    let mut open: FxHashMap<ProgramKey, Open> = FxHashMap::default();
+    let mut done: Vec<Vec<usize>> = Vec::new();
+    for g in candidates {
+        let group = &claims.fused[g];
+        let at = group.ops[0] as usize;
+        let key = ProgramKey::of(&group.kernel);
+        let buffers = group.inputs.len() + group.outputs.len();
+        if let Some(current) = open.get_mut(&key) {
+            let fits = current.buffers + buffers <= limit;
+            let joins = fits
+                && match direction {
+                    Direction::Later => movable(ops, &at_place, &member_of, current, at),
+                    Direction::Earlier => {
+                        hoistable(ops, &at_place, &member_of, current, group, g, at)
+                    }
+                };
+            if joins {
+                current.members.push(g);
+                if direction == Direction::Later {
+                    current.at = at;
+                }
+                current.buffers += buffers;
+                add_tensors(ops, group, g, &mut current.tensors);
+                continue;
             }
-            let last = claims.fused[*members.last().expect("members")].ops[0] as usize;
-            claims.steps_at[last].push(Step::Horizontal { group: at });
-            claims.horizontal.push(HorizontalGroup {
-                members: members.into_iter().map(|m| m as u32).collect(),
-            });
+            let closed = open.remove(&key).expect("found above");
+            done.push(closed.members);
         }
+        let mut tensors = FxHashMap::default();
+        add_tensors(ops, group, g, &mut tensors);
+        open.insert(
+            key,
+            Open {
+                members: vec![g],
+                at,
+                buffers,
+                tensors,
+            },
+        );
+    }
+    done.extend(open.into_values().map(|o| o.members));
+    done.retain(|members| members.len() > 1);
+    done.sort_by_key(|members| claims.fused[members[0]].ops[0]);
+    done
+}
+
+/// Puts each group's step in place of its members' steps: at the last member's place (after
+/// what runs there) or at the first member's (where its step was).
+fn place_groups(claims: &mut Claims, groups: Vec<Vec<usize>>, direction: Direction) {
+    for members in groups {
+        let at = claims.horizontal.len() as u32;
+        let is_member =
+            |s: &Step, m: usize| matches!(s, Step::Fused { group } if *group as usize == m);
+        match direction {
+            Direction::Later => {
+                for &m in &members {
+                    let place = claims.fused[m].ops[0] as usize;
+                    claims.steps_at[place].retain(|s| !is_member(s, m));
+                }
+                let last = claims.fused[*members.last().expect("members")].ops[0] as usize;
+                claims.steps_at[last].push(Step::Horizontal { group: at });
+            }
+            Direction::Earlier => {
+                let first = members[0];
+                let place = claims.fused[first].ops[0] as usize;
+                let step = claims.steps_at[place]
+                    .iter()
+                    .position(|s| is_member(s, first))
+                    .expect("a member's step is at its place");
+                claims.steps_at[place][step] = Step::Horizontal { group: at };
+                for &m in &members[1..] {
+                    let place = claims.fused[m].ops[0] as usize;
+                    claims.steps_at[place].retain(|s| !is_member(s, m));
+                }
+            }
+        }
+        claims.horizontal.push(HorizontalGroup {
+            members: members.into_iter().map(|m| m as u32).collect(),
+        });
     }
 }
 
@@ -235,6 +305,60 @@ fn movable(
     true
 }
 
+/// Whether kernel `g` (`group`, at place `from`) may run with the members of `open` at
+/// `open.at`, before what runs in between (places `open.at ..= from`, the members' own
+/// operations aside): nothing there writes what `g` reads or reads what `g` frees (consumes,
+/// drops), and `g` reads nothing a member writes (one launch has no order among its members).
+fn hoistable(
+    ops: &[OperationIr],
+    at_place: &[Vec<u32>],
+    member_of: &[Option<usize>],
+    open: &Open,
+    group: &crate::FusedGroup,
+    g: usize,
+    from: usize,
+) -> bool {
+    let input = |slot: &crate::Slot| {
+        ops[slot.op as usize]
+            .inputs()
+            .nth(slot.pos as usize)
+            .map(|t| t.id.value())
+    };
+    let reads: Vec<u64> = group.inputs.iter().filter_map(input).collect();
+    let mut frees: Vec<u64> = group
+        .inputs
+        .iter()
+        .zip(&group.consumed)
+        .filter(|(_, consumed)| **consumed)
+        .filter_map(|(slot, _)| input(slot))
+        .collect();
+    frees.extend(group.drops.iter().filter_map(|&d| match &ops[d as usize] {
+        OperationIr::Drop(t) => Some(t.id.value()),
+        _ => None,
+    }));
+    if reads
+        .iter()
+        .any(|t| matches!(open.tensors.get(t), Some((_, Use::Writes))))
+    {
+        return false;
+    }
+    for ops_here in &at_place[open.at..=from] {
+        for &op in ops_here {
+            if member_of[op as usize].is_some_and(|m| m == g || open.members.contains(&m)) {
+                continue;
+            }
+            let op = &ops[op as usize];
+            if op.outputs().any(|t| reads.contains(&t.id.value())) {
+                return false;
+            }
+            if op.inputs().any(|t| frees.contains(&t.id.value())) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// The place (position in program order) where each operation runs in the plan: a claimed
 /// operation at its group's step, any other at its own position.
 fn step_places(ops: &[OperationIr], claims: &Claims) -> Vec<usize> {
@@ -256,7 +380,14 @@ fn step_places(ops: &[OperationIr], claims: &Claims) -> Vec<usize> {
                 Step::Column { group } => claims.column[*group as usize].all_ops().collect(),
                 Step::Eager { op } | Step::Activation { op, .. } => vec![*op],
                 Step::Release { op, .. } | Step::Alias { op, .. } => vec![*op],
-                Step::Horizontal { .. } => Vec::new(),
+                Step::Horizontal { group } => claims.horizontal[*group as usize]
+                    .members
+                    .iter()
+                    .flat_map(|&m| {
+                        let g = &claims.fused[m as usize];
+                        g.ops.iter().chain(&g.drops).copied()
+                    })
+                    .collect(),
             };
             for op in ran {
                 place[op as usize] = p;
