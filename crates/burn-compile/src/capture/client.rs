@@ -205,7 +205,18 @@ impl<B: BackendIr> CompileClient<B> {
     /// A new tensor of the device with a fresh id, for the inner tensor that a replayed step
     /// will register under it (no op is recorded).
     pub(crate) fn new_tensor(&self, shape: Shape, dtype: DType) -> RouterTensor<Self> {
-        RouterTensor::new(new_tensor_id(), shape, dtype, self.clone())
+        self.new_tensor_with_id(shape, dtype).1
+    }
+
+    /// A new tensor and its id (reading a tensor's id back costs a clone of it: a replay makes
+    /// hundreds).
+    pub(crate) fn new_tensor_with_id(
+        &self,
+        shape: Shape,
+        dtype: DType,
+    ) -> (TensorId, RouterTensor<Self>) {
+        let id = new_tensor_id();
+        (id, RouterTensor::new(id, shape, dtype, self.clone()))
     }
 
     /// Whether capture is enabled on this device (its config as the capture holds it: read

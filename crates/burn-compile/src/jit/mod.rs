@@ -903,15 +903,17 @@ fn replay<B: StepBackend, S: StepState<B>, O: StepTensors<B>>(
         .filter(|t| t.owned && seen.insert(t.id))
         .map(|t| t.id)
         .collect();
-    let fresh: Vec<Part<B>> = rec
-        .outputs
-        .iter()
-        .map(|(_, sig)| Part {
-            tensor: client.new_tensor(sig.shape.clone(), sig.dtype),
+    let mut fresh: Vec<Part<B>> = Vec::with_capacity(rec.outputs.len());
+    let mut outputs = Vec::with_capacity(rec.outputs.len());
+    for (graph_id, sig) in &rec.outputs {
+        let (id, tensor) = client.new_tensor_with_id(sig.shape.clone(), sig.dtype);
+        outputs.push((*graph_id, id));
+        fresh.push(Part {
+            tensor,
             kind: sig.kind,
             require_grad: sig.require_grad,
-        })
-        .collect();
+        });
+    }
     let binding = StepBinding {
         inputs: taken
             .iter()
@@ -919,12 +921,7 @@ fn replay<B: StepBackend, S: StepState<B>, O: StepTensors<B>>(
             .zip(rec.inputs.iter().copied())
             .collect(),
         consumed,
-        outputs: rec
-            .outputs
-            .iter()
-            .map(|(id, _)| *id)
-            .zip(fresh.iter().map(|p| id_of(&p.tensor)))
-            .collect(),
+        outputs,
         released: rec.released.clone(),
     };
     client.submit_step(
