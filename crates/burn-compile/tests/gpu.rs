@@ -2419,3 +2419,103 @@ mod cudnn {
         assert_eq!(m.kernel_fallbacks, 0, "no call failed: {m:?}");
     }
 }
+
+/// A two-layer perceptron for the compiled training step below.
+#[derive(burn::module::Module, Debug)]
+struct Mlp<B: Backend> {
+    first: burn::nn::Linear<B>,
+    second: burn::nn::Linear<B>,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            first: burn::nn::LinearConfig::new(12, 24).init(device),
+            second: burn::nn::LinearConfig::new(24, 4).init(device),
+        }
+    }
+}
+
+/// Forward, mean squared error, backward, the optimizer's step.
+fn mlp_train_step<B: burn::tensor::backend::AutodiffBackend>(
+    model: Mlp<B>,
+    optim: &mut impl burn::optim::Optimizer<Mlp<B>, B>,
+    lr: f64,
+    (x, y): (Tensor<B, 2>, Tensor<B, 2>),
+) -> (Mlp<B>, Tensor<B, 1>) {
+    use burn::nn::loss::{MseLoss, Reduction};
+    let out = model
+        .second
+        .forward(burn::tensor::activation::relu(model.first.forward(x)));
+    let loss = MseLoss::new().forward(out, y, Reduction::Mean);
+    let grads = burn::optim::GradientsParams::from_grads(loss.backward(), &model);
+    (optim.step(lr, model, grads), loss)
+}
+
+/// A training step compiled whole (`jit_train`) with the device Adam: replayed from its fourth
+/// call with each call's learning rate; its four parameters' bias corrections (one-element
+/// kernels, each read by its parameter's update right after it) run as one horizontal kernel
+/// at the first one's place, the updates as another; every loss and the final parameters equal
+/// eager's on the same backend with the same optimizer.
+#[test]
+fn gpu_jit_training_with_the_device_adam_replays_and_matches_eager() {
+    if !adapter_available() {
+        return;
+    }
+    type Ad<B> = Autodiff<B>;
+    let device = Default::default();
+    let mut eager = Mlp::<Ad<Eager>>::new(&device);
+    let mut model = support::load(Mlp::<Ad<C>>::new(&device), support::weights(&eager));
+    let adam = burn_compile::optim::AdamConfig::new;
+    let mut eager_optim = adam().init::<Ad<Eager>, Mlp<Ad<Eager>>>();
+    let mut optim = adam().init::<Ad<C>, Mlp<Ad<C>>>();
+    type Batch<B> = (Tensor<B, 2>, Tensor<B, 2>);
+    let mut step = burn_compile::jit_train(
+        |model: Mlp<Ad<C>>, optim: &mut _, (batch, lr): (Batch<Ad<C>>, f64)| {
+            mlp_train_step(model, optim, lr, batch)
+        },
+    );
+    fn batch<B: Backend>(call: u64, device: &B::Device) -> Batch<B> {
+        let x = support::float_data(&[16, 12], 700 + call, -1.0, 1.0);
+        let y = support::float_data(&[16, 4], 800 + call, -1.0, 1.0);
+        (Tensor::from_data(x, device), Tensor::from_data(y, device))
+    }
+    let before = burn_compile::metrics();
+    for call in 0..8 {
+        let lr = 1e-2 / (1 + call) as f64;
+        let run = || step.call(model, &mut optim, (batch(call, &device), lr));
+        let (next, loss) = if call == 1 {
+            // The first call made the optimizer's state; this one records the steady step.
+            let ((next, loss), report) = explain(run);
+            let horizontal: Vec<&String> = report
+                .graphs
+                .iter()
+                .flat_map(|g| &g.kernels)
+                .filter(|k| k.starts_with("horizontal kernel of 4 pointwise kernels"))
+                .collect();
+            assert!(
+                horizontal.iter().any(|k| k.ends_with(", 4 elements")),
+                "the bias corrections are one launch: {horizontal:#?}\n{report}"
+            );
+            (next, loss)
+        } else {
+            run()
+        };
+        model = next;
+        let (next, want) = mlp_train_step(eager, &mut eager_optim, lr, batch(call, &device));
+        eager = next;
+        println!("checking loss {call}");
+        loss.into_data()
+            .assert_approx_eq::<f32>(&want.into_data(), tol());
+    }
+    let m = burn_compile::metrics().since(&before);
+    assert_eq!(m.kernel_fallbacks, 0, "{m:?}");
+    let stats = step.stats();
+    assert_eq!((stats.recordings, stats.replays), (3, 5), "{stats:?}");
+    for (got, want) in support::weights(&model)
+        .iter()
+        .zip(support::weights(&eager))
+    {
+        got.assert_approx_eq::<f32>(&want, tol());
+    }
+}
