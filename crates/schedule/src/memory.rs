@@ -74,7 +74,12 @@ pub(crate) fn matmul_output<'a>(ops: &'a [OperationIr], group: &MatmulGroup) -> 
         .expect("a matmul has an output")
 }
 
-fn slot_tensor<'a>(ops: &'a [OperationIr], slot: &crate::Slot, output: bool) -> &'a TensorIr {
+/// The tensor a fused group's input (`output` false) or output slot names.
+pub(crate) fn slot_tensor<'a>(
+    ops: &'a [OperationIr],
+    slot: &crate::Slot,
+    output: bool,
+) -> &'a TensorIr {
     let op = &ops[slot.op as usize];
     let t = if output {
         op.outputs().nth(slot.pos as usize)

@@ -16,12 +16,13 @@
 //! steps of the plan really run. Kernels that cannot wait (each parameter's update reads its
 //! own bias corrections right after them) are then grouped the other way, at the first
 //! member's place: a later member may move before an operation that neither writes what the
-//! member reads nor reads what it frees. Members are pointwise kernels whose sizes are all constants
-//! (a row kernel's units share rows; a kernel of symbolic sizes does not know its share of the
-//! units until it runs) and that hoist no views (they would have to move too).
+//! member reads nor reads what it frees. Members are pointwise kernels whose sizes are all
+//! constants (a row kernel's units share rows; a kernel of symbolic sizes does not know its
+//! share of the units until it runs) and that hoist no views (they would have to move too).
 
 use super::{Claims, Fuser};
 use crate::kernel::FusedKernel;
+use crate::memory::slot_tensor;
 use crate::{ScheduleOptions, Step};
 use burn_ir::{OperationIr, TensorStatus};
 use rustc_hash::FxHashMap;
@@ -155,15 +156,16 @@ fn find_groups(
         }
         member_of
     };
-    let grouped: Vec<u32> = claims
-        .horizontal
-        .iter()
-        .flat_map(|h| h.members.iter().copied())
-        .collect();
+    let mut grouped = vec![false; claims.fused.len()];
+    for h in &claims.horizontal {
+        for &m in &h.members {
+            grouped[m as usize] = true;
+        }
+    }
     let mut candidates: Vec<usize> = (0..claims.fused.len())
         .filter(|&g| {
             let group = &claims.fused[g];
-            !grouped.contains(&(g as u32))
+            !grouped[g]
                 && group.kernel.row.is_none()
                 && !group.symbolic()
                 && group.hoisted.is_empty()
@@ -262,14 +264,12 @@ fn add_tensors(
     tensors: &mut FxHashMap<u64, (usize, Use)>,
 ) {
     for slot in &group.inputs {
-        if let Some(t) = ops[slot.op as usize].inputs().nth(slot.pos as usize) {
-            tensors.entry(t.id.value()).or_insert((g, Use::Reads));
-        }
+        let t = slot_tensor(ops, slot, false);
+        tensors.entry(t.id.value()).or_insert((g, Use::Reads));
     }
     for slot in &group.outputs {
-        if let Some(t) = ops[slot.op as usize].outputs().nth(slot.pos as usize) {
-            tensors.insert(t.id.value(), (g, Use::Writes));
-        }
+        let t = slot_tensor(ops, slot, true);
+        tensors.insert(t.id.value(), (g, Use::Writes));
     }
 }
 
@@ -318,19 +318,14 @@ fn hoistable(
     g: usize,
     from: usize,
 ) -> bool {
-    let input = |slot: &crate::Slot| {
-        ops[slot.op as usize]
-            .inputs()
-            .nth(slot.pos as usize)
-            .map(|t| t.id.value())
-    };
-    let reads: Vec<u64> = group.inputs.iter().filter_map(input).collect();
+    let input = |slot: &crate::Slot| slot_tensor(ops, slot, false).id.value();
+    let reads: Vec<u64> = group.inputs.iter().map(input).collect();
     let mut frees: Vec<u64> = group
         .inputs
         .iter()
         .zip(&group.consumed)
         .filter(|(_, consumed)| **consumed)
-        .filter_map(|(slot, _)| input(slot))
+        .map(|(slot, _)| input(slot))
         .collect();
     frees.extend(group.drops.iter().filter_map(|&d| match &ops[d as usize] {
         OperationIr::Drop(t) => Some(t.id.value()),
