@@ -16,7 +16,6 @@
 use burn::backend::Autodiff;
 use burn::module::Module;
 use burn::nn::transformer::TransformerEncoder;
-use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -54,7 +53,7 @@ fn train_step<B: AutodiffBackend>(
     (optim.step(lr, model, grads), loss)
 }
 
-type JitOptim = OptimizerAdaptor<Adam, TransformerEncoder<Ad<C>>, Ad<C>>;
+type JitOptim = burn_compile::optim::Adaptor<Adam, TransformerEncoder<Ad<C>>, Ad<C>>;
 
 /// Calls timed for the host cost: fewer than the device's queue of graphs holds, so that no
 /// call waits for the execution thread.

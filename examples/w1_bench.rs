@@ -336,7 +336,7 @@ fn print_train_plan(system: &str, dtype: &str, report: &burn_compile::Explanatio
 }
 
 /// The optimizer of a compiled training step: Burn's Adam with its step count on the device.
-type JitAdam<B> = burn::optim::adaptor::OptimizerAdaptor<
+type JitAdam<B> = burn_compile::optim::Adaptor<
     burn_compile::optim::Adam,
     burn::nn::transformer::TransformerEncoder<Ad<B>>,
     Ad<B>,

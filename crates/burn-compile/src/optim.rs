@@ -16,7 +16,7 @@ use burn_core as burn;
 use burn_optim::adaptor::OptimizerAdaptor;
 use burn_optim::decay::WeightDecayConfig;
 use burn_optim::grad_clipping::GradientClippingConfig;
-use burn_optim::{LearningRate, SimpleOptimizer};
+use burn_optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer, SimpleOptimizer};
 
 /// [`Adam`]'s configuration: Burn's `AdamConfig` (L2 weight decay added to the gradient).
 #[derive(Config, Debug)]
@@ -173,20 +173,96 @@ impl<B: Backend> StepSimpleOptimizer<B> for Adam {
     }
 }
 
-fn adaptor<B: AutodiffBackend, M: AutodiffModule<B>>(
-    adam: Adam,
-    clipping: &Option<GradientClippingConfig>,
-) -> OptimizerAdaptor<Adam, M, B> {
-    let optim = OptimizerAdaptor::from(adam);
-    match clipping {
-        Some(config) => optim.with_grad_clipping(config.init()),
-        None => optim,
+/// Burn's `OptimizerAdaptor` over a [`SimpleOptimizer`] (its steps are Burn's, through one held
+/// inside), with the per-parameter state kept here: a compiled training step
+/// ([`crate::jit_train`]) moves the state out and back at every call, where Burn's adaptor
+/// hands it out only as a copy of its map ([`Optimizer::to_record`]). Its record is Burn's
+/// adaptor's: saved and loaded records are interchangeable with it.
+#[derive(Clone)]
+pub struct Adaptor<O, M, B>
+where
+    O: SimpleOptimizer<B::InnerBackend>,
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+{
+    /// Holds no state between steps.
+    inner: OptimizerAdaptor<O, M, B>,
+    state: AdaptorRecords<O, M, B>,
+}
+
+/// The record of Burn's optimizer adaptor over `O`.
+pub type AdaptorRecords<O, M, B> = <OptimizerAdaptor<O, M, B> as Optimizer<M, B>>::Record;
+
+impl<O, M, B> Adaptor<O, M, B>
+where
+    O: SimpleOptimizer<B::InnerBackend>,
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+{
+    fn new(optim: O, clipping: &Option<GradientClippingConfig>) -> Self {
+        let inner = OptimizerAdaptor::from(optim);
+        let inner = match clipping {
+            Some(config) => inner.with_grad_clipping(config.init()),
+            None => inner,
+        };
+        Self {
+            inner,
+            state: Default::default(),
+        }
+    }
+
+    /// Moves the state out (the optimizer holds none until [`Adaptor::put_state`]).
+    pub(crate) fn take_state(&mut self) -> AdaptorRecords<O, M, B> {
+        std::mem::take(&mut self.state)
+    }
+
+    pub(crate) fn put_state(&mut self, state: AdaptorRecords<O, M, B>) {
+        self.state = state;
+    }
+
+    /// Runs a step of the inner adaptor on the state.
+    fn step_with(&mut self, step: impl FnOnce(&mut OptimizerAdaptor<O, M, B>) -> M) -> M {
+        let state = std::mem::take(&mut self.state);
+        replace_with::replace_with_or_abort(&mut self.inner, |inner| inner.load_record(state));
+        let module = step(&mut self.inner);
+        // The inner adaptor's references go, so that the state is held here alone.
+        self.state = self.inner.to_record();
+        replace_with::replace_with_or_abort(&mut self.inner, |inner| {
+            inner.load_record(Default::default())
+        });
+        module
+    }
+}
+
+impl<O, M, B> Optimizer<M, B> for Adaptor<O, M, B>
+where
+    O: SimpleOptimizer<B::InnerBackend>,
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+{
+    type Record = AdaptorRecords<O, M, B>;
+
+    fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
+        self.step_with(|inner| inner.step(lr, module, grads))
+    }
+
+    fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
+        self.step_with(|inner| inner.step_multi(lr, module, grads))
+    }
+
+    fn to_record(&self) -> Self::Record {
+        self.state.clone()
+    }
+
+    fn load_record(mut self, record: Self::Record) -> Self {
+        self.state = record;
+        self
     }
 }
 
 impl AdamConfig {
     /// The optimizer for module `M`.
-    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(&self) -> OptimizerAdaptor<Adam, M, B> {
+    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(&self) -> Adaptor<Adam, M, B> {
         let adam = Adam {
             beta_1: self.beta_1,
             beta_2: self.beta_2,
@@ -194,13 +270,13 @@ impl AdamConfig {
             penalty: self.weight_decay.as_ref().map(|w| w.penalty),
             decoupled: 0.0,
         };
-        adaptor(adam, &self.grad_clipping)
+        Adaptor::new(adam, &self.grad_clipping)
     }
 }
 
 impl AdamWConfig {
     /// The optimizer for module `M`.
-    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(&self) -> OptimizerAdaptor<Adam, M, B> {
+    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(&self) -> Adaptor<Adam, M, B> {
         let adam = Adam {
             beta_1: self.beta_1,
             beta_2: self.beta_2,
@@ -208,6 +284,62 @@ impl AdamWConfig {
             penalty: None,
             decoupled: self.weight_decay,
         };
-        adaptor(adam, &self.grad_clipping)
+        Adaptor::new(adam, &self.grad_clipping)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AdamConfig, Optimizer, Tensor};
+    use ::burn::nn::{Linear, LinearConfig};
+    use burn_autodiff::Autodiff;
+    use burn_flex::Flex;
+    use burn_optim::GradientsParams;
+
+    type B = Autodiff<Flex>;
+
+    fn step<O: Optimizer<Linear<B>, B>>(model: Linear<B>, optim: &mut O, seed: u64) -> Linear<B> {
+        let device = Default::default();
+        let x = Tensor::<B, 2>::from_data(
+            ::burn::tensor::TensorData::new(
+                (0..24)
+                    .map(|i| ((i as u64 * 7 + seed) % 11) as f32 / 11.0 - 0.5)
+                    .collect(),
+                [4, 6],
+            ),
+            &device,
+        );
+        let loss = model.forward(x).square().mean();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        optim.step(1e-2, model, grads)
+    }
+
+    /// The adaptor's record is Burn's adaptor's: state saved from one and loaded into the other
+    /// continues the same steps (bit for bit: the same update on the same backend), and the
+    /// adaptor's own steps keep no reference to the state in the adaptor it runs them through.
+    #[test]
+    fn the_adaptors_record_continues_in_burns_adaptor() {
+        let device = Default::default();
+        let mut model = LinearConfig::new(6, 3).init::<B>(&device);
+        let mut ours = AdamConfig::new().init::<B, Linear<B>>();
+        for seed in 0..3 {
+            model = step(model, &mut ours, seed);
+        }
+        assert!(
+            ours.inner.to_record().is_empty(),
+            "the inner adaptor holds no state"
+        );
+        let mut burns = ours.inner.clone().load_record(ours.to_record());
+        let (mut a, mut b) = (model.clone(), model);
+        for seed in 3..6 {
+            a = step(a, &mut ours, seed);
+            b = step(b, &mut burns, seed);
+        }
+        assert_eq!(a.weight.val().into_data(), b.weight.val().into_data());
+        let mut again = AdamConfig::new()
+            .init::<B, Linear<B>>()
+            .load_record(burns.to_record());
+        let (c, d) = (step(a, &mut again, 6), step(b, &mut burns, 6));
+        assert_eq!(c.weight.val().into_data(), d.weight.val().into_data());
     }
 }

@@ -18,7 +18,7 @@ mod parts;
 pub(crate) mod recorder;
 mod training;
 
-pub use parts::{Kind, Layout, Modules, Part, Parts, PartsIter, StepState, StepTensors};
+pub use parts::{Kind, Layout, Modules, Part, PartMap, Parts, PartsIter, StepState, StepTensors};
 pub use training::{StepOptimizer, StepSimpleOptimizer, Training, jit_train};
 
 use crate::backend::Compiled;
@@ -37,7 +37,7 @@ use burn_compile_schedule::Plan;
 use burn_core::module::Module;
 use burn_ir::{BackendIr, OperationIr, ScalarIr, TensorId, TensorStatus};
 use burn_router::RouterTensor;
-use parts::{id_of, rebuild};
+use parts::{id_of, placeholder_of, put_parts, rebuild, take_parts};
 use rustc_hash::FxHashSet;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -155,6 +155,8 @@ fn take<B: StepBackend>(part: Part<B>) -> (Taken, Signature, CompileClient<B::Ca
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Guard {
     tensors: Vec<Signature>,
+    /// How many of `tensors` are the state's.
+    state_len: usize,
     state: Vec<usize>,
     inputs: Layout,
     scalars: usize,
@@ -199,6 +201,8 @@ struct Recording {
     inputs: Vec<TensorId>,
     /// The graph's id for each output part (state, then outputs), with its signature.
     outputs: Vec<(TensorId, Signature)>,
+    /// How many of `outputs` are the state's.
+    state_len: usize,
     /// Ids the binding frees after the graph.
     released: Vec<TensorId>,
     output_layout: Layout,
@@ -286,9 +290,13 @@ const MAX_VARIANTS: usize = 8;
 type StepSignature<B, S, I, O> = fn(S, I) -> (S, O, B);
 
 /// A step function compiled whole: see [`jit`] and [`jit_train`].
-pub struct Jit<B, S, I, O, F> {
+pub struct Jit<B: StepBackend, S, I, O, F> {
     f: F,
     variants: Vec<(Guard, Variant)>,
+    /// The variant the last call replayed, and the client it ran on.
+    hot: Option<(usize, CompileClient<B::Captured>)>,
+    /// How many tensors the last call took.
+    last_len: usize,
     stats: JitStats,
     warned_full: bool,
     strict: bool,
@@ -347,6 +355,8 @@ where
         Jit {
             f,
             variants: Vec::new(),
+            hot: None,
+            last_len: 0,
             stats: JitStats::default(),
             warned_full: false,
             strict: false,
@@ -380,30 +390,50 @@ where
 
     /// Takes the call apart, then replays, records or runs it (`call` runs the function).
     fn run(&mut self, state: S, inputs: I, call: impl FnOnce(&mut F, S, I) -> (S, O)) -> (S, O) {
-        let mut tensors = Vec::new();
-        let mut state_layout = Vec::new();
-        let state = state.take_parts(&mut tensors, &mut state_layout);
-        let state_len = tensors.len();
-        let layout = inputs.layout();
-        let mut parts = Parts {
-            tensors,
-            scalars: Vec::new(),
+        // The guard the last call replayed is most likely this call's: its state's tensors are
+        // exchanged for that replay's fresh outputs in the one pass that takes them, instead of
+        // placeholders that a second pass would exchange. Should the guard or anything else
+        // differ, the fresh tensors are placeholders like any other.
+        let hot = self.hot.take();
+        let capacity = self.last_len;
+        let mut fresh_ids = Vec::new();
+        let apart = match &hot {
+            Some((slot, client)) if let Variant::Ready(rec) = &self.variants[*slot].1 => {
+                let state_outputs = &rec.outputs[..rec.state_len];
+                fresh_ids.reserve_exact(rec.state_len);
+                take_apart(state, inputs, capacity, |i, part| {
+                    match state_outputs.get(i) {
+                        Some((_, sig)) => {
+                            let (id, tensor) =
+                                client.new_tensor_with_id(sig.shape.clone(), sig.dtype);
+                            fresh_ids.push(id);
+                            Part {
+                                tensor,
+                                kind: sig.kind,
+                                require_grad: sig.require_grad,
+                            }
+                        }
+                        None => placeholder_of(part),
+                    }
+                })
+            }
+            _ => take_apart(state, inputs, capacity, |_, part| placeholder_of(part)),
         };
-        inputs.into_parts(&mut parts);
-        let Parts { tensors, scalars } = parts;
-        let mut taken = Vec::with_capacity(tensors.len());
-        let mut signatures = Vec::with_capacity(tensors.len());
-        let mut client = None;
-        for part in tensors {
-            let (t, sig, c) = take(part);
-            taken.push(t);
-            signatures.push(sig);
-            client.get_or_insert(c);
-        }
+        self.last_len = apart.taken.len();
+        let TakenApart {
+            state,
+            state_len,
+            taken,
+            signatures,
+            state_layout,
+            layout,
+            scalars,
+            client,
+        } = apart;
         let Some(client) = client else {
             // No tensor: nothing to bind; the function runs.
             self.stats.runs += 1;
-            let state = state.put_parts(&mut Vec::new().into_iter());
+            let state = put_parts(state, &mut Vec::new().into_iter());
             let rest = Parts {
                 tensors: Vec::new(),
                 scalars,
@@ -413,12 +443,16 @@ where
         };
         let guard = Guard {
             tensors: signatures,
+            state_len,
             state: state_layout,
             inputs: layout,
             scalars: scalars.len(),
         };
         let off = crate::stance::stance() == crate::Stance::Eager || !client.enabled();
-        let found = self.variants.iter().position(|(g, _)| *g == guard);
+        let found = match &hot {
+            Some((slot, _)) if self.variants[*slot].0 == guard => Some(*slot),
+            _ => self.variants.iter().position(|(g, _)| *g == guard),
+        };
         if !off && let Some(i) = found {
             let variant = &mut self.variants[i].1;
             if let Variant::Ready(rec) = &mut *variant
@@ -428,7 +462,20 @@ where
                     rec.bind_scalars(&scalars);
                     self.stats.replays += 1;
                     COUNTERS.step_replays.fetch_add(1, Ordering::Relaxed);
-                    return replay(rec, &client, taken, state, state_len);
+                    // The state holds the replay's outputs already when it was taken for
+                    // this recording.
+                    let exchanged = hot.as_ref().is_some_and(|(slot, _)| *slot == i)
+                        && fresh_ids.len() == state_len;
+                    let out = replay(
+                        rec,
+                        &client,
+                        taken,
+                        state,
+                        state_len,
+                        exchanged.then_some(fresh_ids),
+                    );
+                    self.hot = Some((i, client));
+                    return out;
                 }
                 tracing::debug!(
                     target: "burn_compile::jit",
@@ -491,7 +538,7 @@ where
         // The outputs, renamed to tensors of their own: the graph's ids stay the recording's.
         let mut out_tensors = Vec::new();
         let mut out_state_layout = Vec::new();
-        let state_out = state_out.take_parts(&mut out_tensors, &mut out_state_layout);
+        let state_out = take_parts(state_out, &mut out_tensors, &mut out_state_layout);
         let state_out_len = out_tensors.len();
         let mut out_parts = Parts {
             tensors: out_tensors,
@@ -546,6 +593,7 @@ where
                 &input_ids,
                 &out_taken,
                 out_sigs,
+                state_out_len,
             ))
         };
         let slot = found.unwrap_or_else(|| {
@@ -663,6 +711,7 @@ fn analyse(
     inputs: &[TensorId],
     outputs: &[Taken],
     signatures: Vec<Signature>,
+    state_len: usize,
 ) -> Result<Recording, String> {
     if eager > 0 {
         return Err(format!(
@@ -769,6 +818,7 @@ fn analyse(
         device,
         inputs: inputs.to_vec(),
         outputs: outputs.iter().map(|t| t.id).zip(signatures).collect(),
+        state_len,
         released,
         output_layout: Layout::default(),
         scalars: Vec::new(),
@@ -887,13 +937,15 @@ fn bind_scalars(first: &Recording, second: &Recording) -> Result<Vec<ScalarBindi
     Ok(bindings)
 }
 
-/// Replays `rec` on the caller's tensors; rebuilds the state (placeholders) and outputs.
+/// Replays `rec` on the caller's tensors; rebuilds the state (placeholders) and outputs. With
+/// `exchanged`, the state holds the outputs already: these are their ids.
 fn replay<B: StepBackend, S: StepState<B>, O: StepTensors<B>>(
     rec: &Recording,
     client: &CompileClient<B::Captured>,
     taken: Vec<Taken>,
     state: S,
     state_len: usize,
+    exchanged: Option<Vec<TensorId>>,
 ) -> (S, O) {
     // Each id once, in order (a tensor passed twice is freed once); a set, not a scan of the
     // list: a training step hands over hundreds of tensors.
@@ -903,9 +955,18 @@ fn replay<B: StepBackend, S: StepState<B>, O: StepTensors<B>>(
         .filter(|t| t.owned && seen.insert(t.id))
         .map(|t| t.id)
         .collect();
-    let mut fresh: Vec<Part<B>> = Vec::with_capacity(rec.outputs.len());
+    let made = exchanged.as_ref().map_or(0, Vec::len);
+    let mut fresh: Vec<Part<B>> = Vec::with_capacity(rec.outputs.len() - made);
     let mut outputs = Vec::with_capacity(rec.outputs.len());
-    for (graph_id, sig) in &rec.outputs {
+    if let Some(ids) = &exchanged {
+        outputs.extend(
+            rec.outputs
+                .iter()
+                .map(|(graph_id, _)| *graph_id)
+                .zip(ids.iter().copied()),
+        );
+    }
+    for (graph_id, sig) in &rec.outputs[made..] {
         let (id, tensor) = client.new_tensor_with_id(sig.shape.clone(), sig.dtype);
         outputs.push((*graph_id, id));
         fresh.push(Part {
@@ -930,5 +991,77 @@ fn replay<B: StepBackend, S: StepState<B>, O: StepTensors<B>>(
         Arc::new(binding),
         rec.plan.clone(),
     );
+    if exchanged.is_some() {
+        let rest = Parts {
+            tensors: fresh,
+            scalars: Vec::new(),
+        };
+        return (
+            state,
+            O::from_parts(&mut rest.into_iter(), &rec.output_layout),
+        );
+    }
     rebuild(state, state_len, fresh, Vec::new(), &rec.output_layout)
+}
+
+/// A call taken apart: the state with a replacement in each tensor's place, the tensors taken
+/// from the caller (the state's, then the inputs'), and what the guard compares.
+struct TakenApart<B: StepBackend, S> {
+    state: S,
+    state_len: usize,
+    taken: Vec<Taken>,
+    signatures: Vec<Signature>,
+    state_layout: Vec<usize>,
+    layout: Layout,
+    scalars: Vec<f64>,
+    /// The first tensor's client (none without tensors).
+    client: Option<CompileClient<B::Captured>>,
+}
+
+/// Takes a call apart in one pass over the state: the `i`th of its tensors is replaced by
+/// `replacement(i, &tensor)`. `capacity`: how many tensors to expect (a training step's
+/// hundreds would otherwise grow the list a few times).
+fn take_apart<B: StepBackend, S: StepState<B>, I: StepTensors<B>>(
+    state: S,
+    inputs: I,
+    capacity: usize,
+    mut replacement: impl FnMut(usize, &Part<B>) -> Part<B>,
+) -> TakenApart<B, S> {
+    let mut tensors = Vec::with_capacity(capacity);
+    let mut state_layout = Vec::new();
+    let state = state.map_parts(
+        &mut |part| {
+            let replaced = replacement(tensors.len(), &part);
+            tensors.push(part);
+            replaced
+        },
+        &mut state_layout,
+    );
+    let state_len = tensors.len();
+    let layout = inputs.layout();
+    let mut parts = Parts {
+        tensors,
+        scalars: Vec::new(),
+    };
+    inputs.into_parts(&mut parts);
+    let Parts { tensors, scalars } = parts;
+    let mut taken = Vec::with_capacity(tensors.len());
+    let mut signatures = Vec::with_capacity(tensors.len());
+    let mut client = None;
+    for part in tensors {
+        let (t, sig, c) = take(part);
+        taken.push(t);
+        signatures.push(sig);
+        client.get_or_insert(c);
+    }
+    TakenApart {
+        state,
+        state_len,
+        taken,
+        signatures,
+        state_layout,
+        layout,
+        scalars,
+        client,
+    }
 }

@@ -18,7 +18,7 @@ pub(super) fn rebuild<B: StepBackend, S: StepState<B>, V: StepTensors<B>>(
 ) -> (S, V) {
     let mut tensors = tensors.into_iter();
     let state_parts: Vec<Part<B>> = tensors.by_ref().take(state_len).collect();
-    let state = state.put_parts(&mut state_parts.into_iter());
+    let state = put_parts(state, &mut state_parts.into_iter());
     let rest = Parts {
         tensors: tensors.collect(),
         scalars,
@@ -220,54 +220,59 @@ tuple_tensors!(A 0, C 1, D 2);
 tuple_tensors!(A 0, C 1, D 2, E 3);
 tuple_tensors!(A 0, C 1, D 2, E 3, F 4);
 
-/// The state a step takes and returns: its tensors moved out in a fixed order (placeholders
-/// left in their places) and put back.
+/// What each tensor of a step's state is replaced with, given the tensor.
+pub type PartMap<'a, B> = dyn FnMut(Part<B>) -> Part<B> + 'a;
+
+/// The state a step takes and returns: its tensors passed through a function in a fixed order,
+/// each replaced by what it returns (a placeholder while the step holds the tensor, the step's
+/// output after it).
 pub trait StepState<B: StepBackend>: Sized {
-    /// Moves the tensors into `parts`; `layout` gets what else the guard compares.
-    fn take_parts(self, parts: &mut Vec<Part<B>>, layout: &mut Vec<usize>) -> Self;
-    /// Puts the next parts into the placeholders, in the same order.
-    fn put_parts(self, parts: &mut std::vec::IntoIter<Part<B>>) -> Self;
+    /// Replaces each tensor with `f`'s result, in order; `layout` gets what else the guard
+    /// compares.
+    fn map_parts(self, f: &mut PartMap<B>, layout: &mut Vec<usize>) -> Self;
+}
+
+/// Moves the state's tensors into `parts`, leaving placeholders.
+pub(super) fn take_parts<B: StepBackend, S: StepState<B>>(
+    state: S,
+    parts: &mut Vec<Part<B>>,
+    layout: &mut Vec<usize>,
+) -> S {
+    state.map_parts(&mut |part| swap_out(part, parts), layout)
+}
+
+/// Puts the next parts into the state's placeholders, in the same order.
+pub(super) fn put_parts<B: StepBackend, S: StepState<B>>(
+    state: S,
+    parts: &mut std::vec::IntoIter<Part<B>>,
+) -> S {
+    state.map_parts(&mut |part| swap_in(part, parts), &mut Vec::new())
 }
 
 /// A step's state that is a [`Module`] (a model, or a tuple of modules).
 pub struct Modules<M>(pub M);
 
 impl<B: StepBackend, M: Module<B>> StepState<B> for Modules<M> {
-    fn take_parts(self, parts: &mut Vec<Part<B>>, _: &mut Vec<usize>) -> Self {
-        Modules(take_module(self.0, parts))
-    }
-    fn put_parts(self, parts: &mut std::vec::IntoIter<Part<B>>) -> Self {
-        Modules(put_module(self.0, parts))
+    fn map_parts(self, f: &mut PartMap<B>, _: &mut Vec<usize>) -> Self {
+        Modules(map_module(self.0, f))
     }
 }
 
-/// Moves a module's parameter tensors out (into `taken`, leaving placeholders), or puts the
-/// parts of `put` into the placeholders.
+/// Replaces each of a module's parameter tensors with a function's result.
 struct Swap<'a, B: StepBackend> {
-    taken: Option<&'a mut Vec<Part<B>>>,
-    put: Option<&'a mut std::vec::IntoIter<Part<B>>>,
-}
-
-impl<B: StepBackend> Swap<'_, B> {
-    fn swap(&mut self, part: Part<B>) -> Part<B> {
-        match (&mut self.taken, &mut self.put) {
-            (Some(taken), _) => swap_out(part, taken),
-            (None, Some(parts)) => swap_in(part, parts),
-            (None, None) => part,
-        }
-    }
+    f: &'a mut PartMap<'a, B>,
 }
 
 /// Moves `part` into `taken` and returns its placeholder: a tensor object naming the same
 /// tensor, disposed of without an op when swapped back ([`swap_in`]).
-pub(super) fn swap_out<B: StepBackend>(part: Part<B>, taken: &mut Vec<Part<B>>) -> Part<B> {
+fn swap_out<B: StepBackend>(part: Part<B>, taken: &mut Vec<Part<B>>) -> Part<B> {
     let placeholder = placeholder_of(&part);
     taken.push(part);
     placeholder
 }
 
 /// Replaces a placeholder with the next part.
-pub(super) fn swap_in<B: StepBackend>(
+fn swap_in<B: StepBackend>(
     placeholder: Part<B>,
     parts: &mut std::vec::IntoIter<Part<B>>,
 ) -> Part<B> {
@@ -292,7 +297,7 @@ fn dispose<C: burn_router::RunnerClient>(tensor: RouterTensor<C>) {
 /// A placeholder is never computed with, nor asked whether it requires a gradient (the taken
 /// part carries that): it is not made an autodiff leaf, which would register a root in
 /// autodiff's graph for every parameter at every call.
-fn placeholder_of<B: StepBackend>(part: &Part<B>) -> Part<B> {
+pub(super) fn placeholder_of<B: StepBackend>(part: &Part<B>) -> Part<B> {
     let t = &part.tensor;
     Part {
         tensor: RouterTensor::new(id_of(t), t.shape(), t.dtype(), t.client.clone()),
@@ -304,39 +309,25 @@ fn placeholder_of<B: StepBackend>(part: &Part<B>) -> Part<B> {
 impl<B: StepBackend> ModuleMapper<B> for Swap<'_, B> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
-        Param::from_mapped_value(id, self.swap(Part::float(tensor)).into_float(), mapper)
+        Param::from_mapped_value(id, (self.f)(Part::float(tensor)).into_float(), mapper)
     }
     fn map_int<const D: usize>(
         &mut self,
         param: Param<Tensor<B, D, Int>>,
     ) -> Param<Tensor<B, D, Int>> {
         let (id, tensor, mapper) = param.consume();
-        Param::from_mapped_value(id, self.swap(Part::int(tensor)).into_int(), mapper)
+        Param::from_mapped_value(id, (self.f)(Part::int(tensor)).into_int(), mapper)
     }
     fn map_bool<const D: usize>(
         &mut self,
         param: Param<Tensor<B, D, Bool>>,
     ) -> Param<Tensor<B, D, Bool>> {
         let (id, tensor, mapper) = param.consume();
-        Param::from_mapped_value(id, self.swap(Part::bool(tensor)).into_bool(), mapper)
+        Param::from_mapped_value(id, (self.f)(Part::bool(tensor)).into_bool(), mapper)
     }
 }
 
-/// Takes a module's parameter tensors out (in [`Module::visit`] order), leaving placeholders.
-pub(super) fn take_module<B: StepBackend, M: Module<B>>(module: M, taken: &mut Vec<Part<B>>) -> M {
-    module.map(&mut Swap {
-        taken: Some(taken),
-        put: None,
-    })
-}
-
-/// Puts the next parts into the placeholders of `module` (from [`take_module`]).
-pub(super) fn put_module<B: StepBackend, M: Module<B>>(
-    module: M,
-    parts: &mut std::vec::IntoIter<Part<B>>,
-) -> M {
-    module.map(&mut Swap {
-        taken: None,
-        put: Some(parts),
-    })
+/// Replaces each of a module's parameter tensors (in [`Module::visit`] order) with `f`'s result.
+pub(super) fn map_module<B: StepBackend, M: Module<B>>(module: M, f: &mut PartMap<B>) -> M {
+    module.map(&mut Swap { f })
 }

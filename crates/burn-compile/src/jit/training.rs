@@ -1,7 +1,7 @@
 //! Training steps with their optimizer ([`jit_train`]): the optimizer's per-parameter state is
 //! part of the step's state, taken out of its record and put back like the model's parameters.
 
-use super::parts::{Kind, Part, StepState, put_module, swap_in, swap_out, take_module};
+use super::parts::{Kind, Part, PartMap, StepState, map_module};
 use super::{Jit, StepBackend, StepTensors};
 use crate::backend::Compiled;
 use burn_autodiff::Autodiff;
@@ -76,28 +76,19 @@ pub trait StepOptimizer<B: StepBackend + AutodiffBackend, M: AutodiffModule<B>>:
     #[doc(hidden)]
     fn put_record(&mut self, record: Self::Record);
     #[doc(hidden)]
-    /// Moves the record's tensors into `parts` in the order of `model`'s parameters; `layout`
-    /// gets which parameters have state.
-    fn take_parts(
+    /// Replaces the record's tensors with `f`'s results, in the order of `model`'s parameters;
+    /// `layout` gets which parameters have state.
+    fn map_parts(
         model: &M,
         record: Self::Record,
-        parts: &mut Vec<Part<B>>,
+        f: &mut PartMap<B>,
         layout: &mut Vec<usize>,
-    ) -> Self::Record;
-    #[doc(hidden)]
-    fn put_parts(
-        model: &M,
-        record: Self::Record,
-        parts: &mut std::vec::IntoIter<Part<B>>,
     ) -> Self::Record;
 }
 
 /// The record of an optimizer adaptor over `SO` on the training backend.
 type AdaptorRecords<SO, M, X, C> =
     <OptimizerAdaptor<SO, M, Train<X, C>> as Optimizer<M, Train<X, C>>>::Record;
-
-/// Where taken parts go: the parts, and the layout (which parameters have state).
-type TakenParts<'a, X, C> = (&'a mut Vec<Part<Train<X, C>>>, &'a mut Vec<usize>);
 
 /// Visits a model's float parameters and maps the optimizer state kept for each.
 struct RecordSwap<'a, SO, X, C, M>
@@ -108,8 +99,9 @@ where
     M: AutodiffModule<Train<X, C>>,
 {
     record: &'a mut AdaptorRecords<SO, M, X, C>,
-    taken: Option<TakenParts<'a, X, C>>,
-    put: Option<&'a mut std::vec::IntoIter<Part<Train<X, C>>>>,
+    f: &'a mut PartMap<'a, Train<X, C>>,
+    /// Which parameters have state.
+    layout: &'a mut Vec<usize>,
     seen: FxHashSet<ParamId>,
 }
 
@@ -124,31 +116,25 @@ where
         if !self.seen.insert(param.id) {
             return;
         }
-        let Some(record) = self.record.remove(&param.id) else {
-            if let Some((_, layout)) = &mut self.taken {
-                layout.push(0);
-            }
+        let Some(record) = self.record.get_mut(&param.id) else {
+            self.layout.push(0);
             return;
         };
-        let state = record.into_state::<D>();
-        let state = SO::map_state(state, &mut |t: Tensor<Compiled<X>, D>| {
-            let part = Part {
-                tensor: t.into_primitive().tensor(),
-                kind: Kind::Float,
-                require_grad: false,
-            };
-            let part = match (&mut self.taken, &mut self.put) {
-                (Some((taken, _)), _) => swap_out(part, taken),
-                (None, Some(parts)) => swap_in(part, parts),
-                (None, None) => part,
-            };
-            Tensor::from_primitive(TensorPrimitive::Float(part.tensor))
+        let f = &mut *self.f;
+        // In place: one lookup, where a removal and an insertion would probe twice (and grow
+        // the map again). `f` does not panic but on a broken invariant, which aborts here.
+        replace_with::replace_with_or_abort(record, |record| {
+            let state = SO::map_state(record.into_state::<D>(), &mut |t| {
+                let part = Part {
+                    tensor: t.into_primitive().tensor(),
+                    kind: Kind::Float,
+                    require_grad: false,
+                };
+                Tensor::from_primitive(TensorPrimitive::Float(f(part).tensor))
+            });
+            AdaptorRecord::from_state::<D>(state)
         });
-        if let Some((_, layout)) = &mut self.taken {
-            layout.push(1);
-        }
-        self.record
-            .insert(param.id, AdaptorRecord::from_state::<D>(state));
+        self.layout.push(1);
     }
 }
 
@@ -162,42 +148,69 @@ where
     fn take_record(&mut self) -> Self::Record {
         let record = self.to_record();
         // The optimizer's own references go, so that the step holds the state alone (and its
-        // graph may update it in place).
-        let empty = self.clone().load_record(Default::default());
-        drop(std::mem::replace(self, empty));
+        // graph may update it in place). The adaptor hands its map out only by value: dropped
+        // in place here, where `self.clone().load_record(…)` would copy it first.
+        replace_with::replace_with_or_abort(self, |optim| optim.load_record(Default::default()));
         record
     }
     fn put_record(&mut self, record: Self::Record) {
-        // Holds no state here (taken by `take_record`): the clone is cheap.
-        *self = self.clone().load_record(record);
+        replace_with::replace_with_or_abort(self, |optim| optim.load_record(record));
     }
-    fn take_parts(
+    fn map_parts(
         model: &M,
-        mut record: Self::Record,
-        parts: &mut Vec<Part<Train<X, C>>>,
+        record: Self::Record,
+        f: &mut PartMap<Train<X, C>>,
         layout: &mut Vec<usize>,
     ) -> Self::Record {
-        model.visit(&mut RecordSwap::<SO, X, C, M> {
-            record: &mut record,
-            taken: Some((parts, layout)),
-            put: None,
-            seen: FxHashSet::default(),
-        });
-        record
+        map_record::<SO, X, C, M>(model, record, f, layout)
     }
-    fn put_parts(
+}
+
+impl<SO, X, C, M> StepOptimizer<Train<X, C>, M> for crate::optim::Adaptor<SO, M, Train<X, C>>
+where
+    X: BackendIr,
+    C: CheckpointStrategy,
+    SO: StepSimpleOptimizer<Compiled<X>>,
+    M: AutodiffModule<Train<X, C>>,
+{
+    fn take_record(&mut self) -> Self::Record {
+        self.take_state()
+    }
+    fn put_record(&mut self, record: Self::Record) {
+        self.put_state(record);
+    }
+    fn map_parts(
         model: &M,
-        mut record: Self::Record,
-        parts: &mut std::vec::IntoIter<Part<Train<X, C>>>,
+        record: Self::Record,
+        f: &mut PartMap<Train<X, C>>,
+        layout: &mut Vec<usize>,
     ) -> Self::Record {
-        model.visit(&mut RecordSwap::<SO, X, C, M> {
-            record: &mut record,
-            taken: None,
-            put: Some(parts),
-            seen: FxHashSet::default(),
-        });
-        record
+        map_record::<SO, X, C, M>(model, record, f, layout)
     }
+}
+
+/// Replaces the tensors of an optimizer record with `f`'s results, in the order of `model`'s
+/// parameters; `layout` gets which parameters have state.
+fn map_record<SO, X, C, M>(
+    model: &M,
+    mut record: AdaptorRecords<SO, M, X, C>,
+    f: &mut PartMap<Train<X, C>>,
+    layout: &mut Vec<usize>,
+) -> AdaptorRecords<SO, M, X, C>
+where
+    X: BackendIr,
+    C: CheckpointStrategy,
+    SO: StepSimpleOptimizer<Compiled<X>>,
+    M: AutodiffModule<Train<X, C>>,
+{
+    let seen = FxHashSet::with_capacity_and_hasher(record.len(), Default::default());
+    model.visit(&mut RecordSwap::<SO, X, C, M> {
+        record: &mut record,
+        f,
+        layout,
+        seen,
+    });
+    record
 }
 
 /// The state of a training step: the model and its optimizer's record.
@@ -212,14 +225,9 @@ where
     M: AutodiffModule<B>,
     O: StepOptimizer<B, M>,
 {
-    fn take_parts(self, parts: &mut Vec<Part<B>>, layout: &mut Vec<usize>) -> Self {
-        let model = take_module(self.model, parts);
-        let record = O::take_parts(&model, self.record, parts, layout);
-        Training { model, record }
-    }
-    fn put_parts(self, parts: &mut std::vec::IntoIter<Part<B>>) -> Self {
-        let model = put_module(self.model, parts);
-        let record = O::put_parts(&model, self.record, parts);
+    fn map_parts(self, f: &mut PartMap<B>, layout: &mut Vec<usize>) -> Self {
+        let model = map_module(self.model, f);
+        let record = O::map_parts(&model, self.record, f, layout);
         Training { model, record }
     }
 }

@@ -567,6 +567,83 @@ fn a_learning_rate_held_then_changed_records_once_more() {
     assert_eq!((stats.recordings, stats.replays), (4, 4), "{why:?}");
 }
 
+/// A training step through `jit_train` with the device Adam, one call per entry of `rows` (a
+/// batch of that many rows), beside eager Flex from the same weights; every loss compared.
+/// Before call `keep`, the caller clones the model and checks after the call that the clone
+/// still holds the weights it had. Returns the step's figures and reasons.
+fn train_batches_against_eager(rows: &[usize], keep: Option<usize>) -> (JitStats, Vec<String>) {
+    let (mut model, mut eager) = pair::<AdC, AdF>();
+    let mut optim = burn_compile::optim::AdamConfig::new().init::<AdC, Mlp<AdC>>();
+    let mut eager_optim = burn_compile::optim::AdamConfig::new().init::<AdF, Mlp<AdF>>();
+    let mut step = burn_compile::jit_train(
+        |model: Mlp<AdC>, optim: &mut _, batch: (Tensor<AdC, 2>, Tensor<AdC, 2>)| {
+            train(model, optim, 1e-2, batch)
+        },
+    );
+    for (call, &rows) in rows.iter().enumerate() {
+        let seed = call as u64;
+        let kept = (keep == Some(call)).then(|| {
+            let kept = model.clone();
+            let values = weights(&kept);
+            (kept, values)
+        });
+        let batch = (input(rows, seed), target(rows, 1000 + seed));
+        let (next, loss) = step.call(model, &mut optim, batch);
+        model = next;
+        let batch = (input(rows, seed), target(rows, 1000 + seed));
+        let (next, want) = train(eager, &mut eager_optim, 1e-2, batch);
+        eager = next;
+        assert_close(
+            &format!("loss {call} ({rows} rows)"),
+            loss.into_data(),
+            want.into_data(),
+            training_tolerance(),
+        );
+        if let Some((kept, values)) = kept {
+            for (got, want) in weights(&kept).into_iter().zip(values) {
+                assert_eq!(got, want, "a clone the caller kept before call {call}");
+            }
+        }
+    }
+    for (got, want) in weights(&model).into_iter().zip(weights(&eager)) {
+        assert_close("parameters", got, want, Tolerance::rel_abs(1e-4, 1e-6));
+    }
+    (step.stats(), step.ineligible())
+}
+
+/// Batches of two sizes in turn, once each is recorded: every call replays a recording other
+/// than the last call's (a replay takes the state apart for the recording the last call
+/// replayed, so each of these calls finds it took it apart for the wrong one). Losses and
+/// parameters equal eager's.
+#[test]
+fn training_batches_of_two_sizes_in_turn_replay_and_match_eager() {
+    crate::own_process!(training_batches_of_two_sizes_in_turn_replay_and_match_eager);
+    let _serial = serial();
+    let rows = [16, 16, 16, 8, 8, 8, 16, 8, 16, 8, 16, 8];
+    let (stats, why) = train_batches_against_eager(&rows, None);
+    // 16 rows: the state's creation, then two recordings; 8 rows: two recordings.
+    assert_eq!(
+        (stats.recordings, stats.replays, stats.runs),
+        (5, 7, 0),
+        "{why:?}"
+    );
+}
+
+/// A model the caller clones between replays: that call's parameters are shared, another
+/// structure, recorded (the replays update parameters in place, which would write the clone);
+/// the clone keeps its values, and the calls after it, the clone gone, replay again.
+#[test]
+fn a_model_cloned_between_replays_is_not_written_by_the_next_call() {
+    crate::own_process!(a_model_cloned_between_replays_is_not_written_by_the_next_call);
+    let _serial = serial();
+    let (stats, why) = train_batches_against_eager(&[16; 8], Some(5));
+    assert_eq!(
+        (stats.recordings, stats.replays, stats.runs),
+        (4, 4, 0),
+        "{why:?}"
+    );
+}
+
 /// Strict: a step that cannot be replayed panics with the reason instead of running on.
 #[test]
 fn a_strict_step_panics_when_refused() {
