@@ -947,14 +947,14 @@ fn replay<B: StepBackend, S: StepState<B>, O: StepTensors<B>>(
     state_len: usize,
     exchanged: Option<Vec<TensorId>>,
 ) -> (S, O) {
-    // Each id once, in order (a tensor passed twice is freed once); a set, not a scan of the
-    // list: a training step hands over hundreds of tensors.
-    let mut seen = rustc_hash::FxHashSet::default();
-    let consumed: Vec<TensorId> = taken
-        .iter()
-        .filter(|t| t.owned && seen.insert(t.id))
-        .map(|t| t.id)
-        .collect();
+    // Each id at most once: a tensor passed twice is two objects sharing one count, and the
+    // first one taken saw the other (not handed over), so only the last is owned.
+    let consumed: Vec<TensorId> = taken.iter().filter(|t| t.owned).map(|t| t.id).collect();
+    debug_assert_eq!(
+        consumed.iter().collect::<FxHashSet<_>>().len(),
+        consumed.len(),
+        "a tensor consumed twice"
+    );
     let made = exchanged.as_ref().map_or(0, Vec::len);
     let mut fresh: Vec<Part<B>> = Vec::with_capacity(rec.outputs.len() - made);
     let mut outputs = Vec::with_capacity(rec.outputs.len());

@@ -152,6 +152,33 @@ fn a_new_batch_shape_records_again() {
     assert_eq!((stats.recordings, stats.replays), (4, 3), "{stats:?}");
 }
 
+/// One tensor passed twice (a clone and itself): the first is shared, the last handed over,
+/// so a replay frees it once; outputs equal eager's.
+#[test]
+fn a_tensor_passed_twice_replays_and_matches_eager() {
+    crate::own_process!(a_tensor_passed_twice_replays_and_matches_eager);
+    let _serial = serial();
+    let (mut model, eager) = pair::<C, Flex>();
+    let mut step = burn_compile::jit(|model: Mlp<C>, (a, b): (Tensor<C, 2>, Tensor<C, 2>)| {
+        let y = model.forward(a) + model.forward(b).mul_scalar(2.0);
+        (model, y)
+    });
+    for call in 0..6 {
+        let x = input::<C>(6, call);
+        let (next, y) = step.call(model, (x.clone(), x));
+        model = next;
+        let want = eager.forward(input::<Flex>(6, call)).mul_scalar(3.0);
+        assert_close(
+            &format!("call {call}"),
+            y.into_data(),
+            want.into_data(),
+            tolerance(DType::F32),
+        );
+    }
+    let stats = step.stats();
+    assert_eq!((stats.recordings, stats.replays), (2, 4), "{stats:?}");
+}
+
 /// One training step: forward, mean squared error, backward, optimizer step.
 fn train<B: AutodiffBackend>(
     model: Mlp<B>,
