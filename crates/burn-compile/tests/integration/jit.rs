@@ -512,6 +512,8 @@ fn device_adam_follows_burns_adam() {
 #[test]
 fn device_adams_update_of_a_parameter_is_one_kernel() {
     crate::own_process!(device_adams_update_of_a_parameter_is_one_kernel);
+    // Counts kernels: not while another test holds the stance at eager.
+    let _serial = serial();
     let (mut model, _) = pair::<AdC, AdF>();
     let mut optim = burn_compile::optim::AdamConfig::new().init::<AdC, Mlp<AdC>>();
     let batch = |call| (input(8, call), target(8, 1000 + call));
@@ -669,6 +671,60 @@ fn a_model_cloned_between_replays_is_not_written_by_the_next_call() {
         (4, 4, 0),
         "{why:?}"
     );
+}
+
+/// The eager stance turns a replaying step off: its calls run the function eagerly (the state
+/// taken apart for a replay is put back as it was), and once the stance is back the step
+/// replays again. Losses equal eager's throughout.
+#[test]
+fn a_replaying_step_runs_its_function_under_the_eager_stance() {
+    crate::own_process!(a_replaying_step_runs_its_function_under_the_eager_stance);
+    let _serial = serial();
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            burn_compile::set_stance(burn_compile::Stance::Default);
+        }
+    }
+    let _restore = Restore;
+    let (mut model, mut eager) = pair::<AdC, AdF>();
+    let mut optim = burn_compile::optim::AdamConfig::new().init::<AdC, Mlp<AdC>>();
+    let mut eager_optim = burn_compile::optim::AdamConfig::new().init::<AdF, Mlp<AdF>>();
+    let mut step = burn_compile::jit_train(
+        |model: Mlp<AdC>, optim: &mut _, batch: (Tensor<AdC, 2>, Tensor<AdC, 2>)| {
+            train(model, optim, 1e-2, batch)
+        },
+    );
+    let mut seen = Vec::new();
+    for call in 0..9u64 {
+        let stance = if (5..7).contains(&call) {
+            burn_compile::Stance::Eager
+        } else {
+            burn_compile::Stance::Default
+        };
+        burn_compile::set_stance(stance);
+        let (next, loss) = step.call(model, &mut optim, (input(8, call), target(8, 1000 + call)));
+        model = next;
+        let (next, want) = train(
+            eager,
+            &mut eager_optim,
+            1e-2,
+            (input(8, call), target(8, 1000 + call)),
+        );
+        eager = next;
+        assert_close(
+            &format!("loss {call}"),
+            loss.into_data(),
+            want.into_data(),
+            training_tolerance(),
+        );
+        let stats = step.stats();
+        seen.push((stats.recordings, stats.replays, stats.runs));
+    }
+    // Calls 0-2 record, 3 and 4 replay, 5 and 6 run (eager), 7 and 8 replay.
+    assert_eq!(seen[4], (3, 2, 0), "{seen:?}");
+    assert_eq!(seen[6], (3, 2, 2), "{seen:?}");
+    assert_eq!(seen[8], (3, 4, 2), "{seen:?}");
 }
 
 /// Strict: a step that cannot be replayed panics with the reason instead of running on.
