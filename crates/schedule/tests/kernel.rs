@@ -502,6 +502,67 @@ fn a_residual_add_and_layer_norm_are_one_row_kernel() {
     assert_eq!(g.kernel.inputs[2], vec![true, true, false]);
 }
 
+/// A layer norm's backward as Burn's autodiff records it starts with the reciprocal of the
+/// forward's standard deviation (one value per row), then the row-wide ops that read it: one
+/// row kernel, the reciprocal among its row values, where it was a launch of its own (found on
+/// W1's training step: 18 of them, Burn's own unary kernel).
+#[test]
+fn a_per_row_op_before_a_row_kernel_is_one_of_its_row_values() {
+    let (s, r) = (&[4, 16, 64][..], &[4, 16, 1][..]);
+    let ops = vec![
+        // 2 = 1 / std(1); 4 = g(3) * 2; 5 = sum(4 * x(6)) per row; 7 = 4 - 5
+        float_unary(FloatOperationIr::Recip, t(1, r, ReadOnly), 2),
+        mul(t(3, s, ReadWrite), t(2, r, ReadWrite), 4),
+        mul(t(4, s, ReadOnly), t(6, s, ReadOnly), 8),
+        support::sum_dim(t(8, s, ReadWrite), 2, 5),
+        numeric(
+            NumericOperationIr::Sub,
+            t(4, s, ReadWrite),
+            t(5, r, ReadWrite),
+            s,
+            7,
+        ),
+    ];
+    let g = groups(&ops);
+    assert_eq!(g.len(), 1, "{g:#?}");
+    assert_eq!(g[0].ops, vec![0, 1, 2, 3, 4]);
+    let row = g[0].kernel.row.as_ref().expect("a row kernel");
+    assert_eq!(row.shape, vec![4, 16, 64]);
+    assert!(
+        g[0].kernel.program.iter().any(|i| matches!(
+            i,
+            Instr::Unary {
+                op: UnaryOp::Recip,
+                ..
+            }
+        )),
+        "{:#?}",
+        g[0].kernel.program
+    );
+    // Its only output is the last op's: the reciprocal stays in registers.
+    assert_eq!(g[0].outputs, vec![Slot { op: 4, pos: 0 }]);
+}
+
+/// One value (a single row) is no row kernel: an optimizer's one-element state computed before
+/// a rank-1 parameter's update stays its own kernel (the updates fuse across parameters).
+#[test]
+fn a_single_value_before_a_rank_one_run_stays_apart() {
+    let (p, one) = (&[64][..], &[1][..]);
+    let ops = vec![
+        mul_scalar(t(1, one, ReadWrite), 0.9, 2),
+        support::add_scalar(t(2, one, ReadOnly), 1.0, 3),
+        mul(t(4, p, ReadWrite), t(3, one, ReadWrite), 5),
+        support::add_scalar(t(5, p, ReadWrite), 1.0, 6),
+    ];
+    let g = groups(&ops);
+    assert_eq!(g.len(), 2, "{g:#?}");
+    assert_eq!(
+        (g[0].ops.clone(), g[1].ops.clone()),
+        (vec![0, 1], vec![2, 3])
+    );
+    assert!(g[0].kernel.row.is_none() && g[1].kernel.row.is_none());
+}
+
 #[test]
 fn a_captured_softmax_over_the_last_dimension_is_one_row_kernel() {
     let s = &[2, 4, 8, 8][..];

@@ -390,6 +390,10 @@ pub fn fused_groups(ops: &[OperationIr], live: &[bool], max_buffers: usize) -> V
         });
         match candidate {
             Some(f) if run.accepts(&f) => run.push(op, i, &f),
+            Some(f) if run.widens_to(&f) => {
+                run.widen(&f);
+                run.push(op, i, &f);
+            }
             Some(f) => {
                 run.close(ops, &last_read, &ended, &mut groups);
                 run.space = Some((space_of(&f), f.out.dtype));
@@ -543,6 +547,36 @@ impl Run {
             Compute::Reduce(..) => space_of(f) == *shape && f.out.shape == row_shape(shape),
             _ => f.out.shape == *shape || f.out.shape == row_shape(shape),
         }
+    }
+
+    /// Whether the run so far is elementwise ops over the row shape `[R…, 1]` of `f`'s space
+    /// (of more than one row), which `f` can widen into a row kernel over that space, the
+    /// run's ops its row values. A layer norm's backward starts with the reciprocal of the
+    /// forward's standard deviation, a softmax's with that of its sum, one value per row read
+    /// by the row kernel after it: without this, each is a launch of its own.
+    fn widens_to(&self, f: &Fusible<'_>) -> bool {
+        let Some((shape, dtype)) = &self.space else {
+            return false;
+        };
+        if self.ops.is_empty() || self.row || *dtype != f.out.dtype {
+            return false;
+        }
+        let space = space_of(f);
+        // One row is no row kernel worth having (an optimizer's one-element state before a
+        // rank-1 parameter's update: kept apart, the updates fuse across parameters).
+        if space == *shape || *shape != row_shape(&space) || shape.num_elements() < 2 {
+            return false;
+        }
+        match f.compute {
+            Compute::Reduce(..) => f.out.shape == *shape,
+            _ => f.out.shape == space,
+        }
+    }
+
+    /// Makes the run a row kernel over `f`'s space ([`Run::widens_to`]).
+    fn widen(&mut self, f: &Fusible<'_>) {
+        self.space = Some((space_of(f), f.out.dtype));
+        self.row = true;
     }
 
     fn push(&mut self, op: &OperationIr, i: u32, f: &Fusible<'_>) {
