@@ -16,6 +16,9 @@
 //!   (they run after the kernel), any other operation does;
 //! - every operation of a group has the same output shape and float dtype, and each tensor input
 //!   has that dtype and the same rank, each dimension equal to the output's or 1 (broadcast);
+//! - a run of elementwise operations over `[R…, 1]` (more than one row) that meets an operation
+//!   over `[R…, N]` becomes a row kernel over `[R…, N]`, those operations its row values (a
+//!   layer norm's backward begins with the reciprocal of its standard deviation, per row);
 //! - a run of one operation is left to the inner backend's own kernel (nothing to fuse);
 //! - any other live operation inside a run that reads nothing the run has produced or read is
 //!   hoisted: it runs on the inner backend just before the kernel, and the run goes on. Burn's
