@@ -563,6 +563,35 @@ fn a_single_value_before_a_rank_one_run_stays_apart() {
     assert!(g[0].kernel.row.is_none() && g[1].kernel.row.is_none());
 }
 
+/// Nor after: a rank-1 update followed by the next parameter's one-element state and update
+/// stays three kernels (they fuse across parameters), not one row kernel of a single row
+/// (found on W1's jit training step: six such kernels of one cube each, 95 µs).
+#[test]
+fn a_single_value_after_a_rank_one_run_stays_apart() {
+    let (p, one) = (&[64][..], &[1][..]);
+    let ops = vec![
+        mul_scalar(t(1, p, ReadWrite), 0.9, 2),
+        support::add_scalar(t(2, p, ReadWrite), 1.0, 3),
+        mul_scalar(t(4, one, ReadWrite), 0.9, 5),
+        support::add_scalar(t(5, one, ReadOnly), 1.0, 6),
+        mul(t(7, p, ReadWrite), t(6, one, ReadWrite), 8),
+        support::add_scalar(t(8, p, ReadWrite), 1.0, 9),
+    ];
+    let g = groups(&ops);
+    let runs: Vec<Vec<u32>> = g.iter().map(|g| g.ops.clone()).collect();
+    assert_eq!(runs, vec![vec![0, 1], vec![2, 3], vec![4, 5]], "{g:#?}");
+    assert!(g.iter().all(|g| g.kernel.row.is_none()));
+    // After a reduction the single value is the row's: one row kernel (a vector's softmax).
+    let softmax_like = vec![
+        support::sum_dim(t(1, p, ReadOnly), 0, 2),
+        mul_scalar(t(2, one, ReadWrite), 0.5, 3),
+        mul(t(1, p, ReadWrite), t(3, one, ReadWrite), 4),
+    ];
+    let g = groups(&softmax_like);
+    assert_eq!(g.len(), 1, "{g:#?}");
+    assert!(g[0].kernel.row.is_some());
+}
+
 #[test]
 fn a_captured_softmax_over_the_last_dimension_is_one_row_kernel() {
     let s = &[2, 4, 8, 8][..];

@@ -548,6 +548,10 @@ impl Run {
         }
         match f.compute {
             Compute::Reduce(..) => space_of(f) == *shape && f.out.shape == row_shape(shape),
+            // A single value after a run without reductions is no row value to broadcast: a
+            // row kernel of one row is one cube (the device Adam's rank-1 updates, each
+            // followed by the next parameter's one-element state, chained into such kernels).
+            _ if f.out.shape != *shape && !self.row && row_shape(shape).num_elements() < 2 => false,
             _ => f.out.shape == *shape || f.out.shape == row_shape(shape),
         }
     }
