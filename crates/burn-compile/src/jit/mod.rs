@@ -201,8 +201,6 @@ struct Recording {
     inputs: Vec<TensorId>,
     /// The graph's id for each output part (state, then outputs), with its signature.
     outputs: Vec<(TensorId, Signature)>,
-    /// How many of `outputs` are the state's.
-    state_len: usize,
     /// Ids the binding frees after the graph.
     released: Vec<TensorId>,
     output_layout: Layout,
@@ -295,8 +293,6 @@ pub struct Jit<B: StepBackend, S, I, O, F> {
     variants: Vec<(Guard, Variant)>,
     /// The variant the last call replayed, and the client it ran on.
     hot: Option<(usize, CompileClient<B::Captured>)>,
-    /// How many tensors the last call took.
-    last_len: usize,
     stats: JitStats,
     warned_full: bool,
     strict: bool,
@@ -356,7 +352,6 @@ where
             f,
             variants: Vec::new(),
             hot: None,
-            last_len: 0,
             stats: JitStats::default(),
             warned_full: false,
             strict: false,
@@ -395,14 +390,18 @@ where
         // placeholders that a second pass would exchange. Should the guard or anything else
         // differ, the fresh tensors are placeholders like any other.
         let hot = self.hot.take();
-        let capacity = self.last_len;
         let mut fresh_ids = Vec::new();
         let apart = match &hot {
-            Some((slot, client)) if let Variant::Ready(rec) = &self.variants[*slot].1 => {
-                let state_outputs = &rec.outputs[..rec.state_len];
-                fresh_ids.reserve_exact(rec.state_len);
-                take_apart(state, inputs, capacity, |i, part| {
-                    match state_outputs.get(i) {
+            Some((slot, client)) if let (guard, Variant::Ready(rec)) = &self.variants[*slot] => {
+                // The recording's state outputs are the first of its outputs, as many as the
+                // state's tensors in its guard.
+                let state_outputs = &rec.outputs[..guard.state_len];
+                fresh_ids.reserve_exact(guard.state_len);
+                take_apart(
+                    state,
+                    inputs,
+                    guard.tensors.len(),
+                    |i, part| match state_outputs.get(i) {
                         Some((_, sig)) => {
                             let (id, tensor) =
                                 client.new_tensor_with_id(sig.shape.clone(), sig.dtype);
@@ -414,12 +413,11 @@ where
                             }
                         }
                         None => placeholder_of(part),
-                    }
-                })
+                    },
+                )
             }
-            _ => take_apart(state, inputs, capacity, |_, part| placeholder_of(part)),
+            _ => take_apart(state, inputs, 0, |_, part| placeholder_of(part)),
         };
-        self.last_len = apart.taken.len();
         let TakenApart {
             state,
             state_len,
@@ -463,9 +461,9 @@ where
                     self.stats.replays += 1;
                     COUNTERS.step_replays.fetch_add(1, Ordering::Relaxed);
                     // The state holds the replay's outputs already when it was taken for
-                    // this recording.
-                    let exchanged = hot.as_ref().is_some_and(|(slot, _)| *slot == i)
-                        && fresh_ids.len() == state_len;
+                    // this recording (the same guard: as many state tensors).
+                    let exchanged = hot.as_ref().is_some_and(|(slot, _)| *slot == i);
+                    debug_assert!(!exchanged || fresh_ids.len() == state_len);
                     let out = replay(
                         rec,
                         &client,
@@ -593,7 +591,6 @@ where
                 &input_ids,
                 &out_taken,
                 out_sigs,
-                state_out_len,
             ))
         };
         let slot = found.unwrap_or_else(|| {
@@ -711,7 +708,6 @@ fn analyse(
     inputs: &[TensorId],
     outputs: &[Taken],
     signatures: Vec<Signature>,
-    state_len: usize,
 ) -> Result<Recording, String> {
     if eager > 0 {
         return Err(format!(
@@ -818,7 +814,6 @@ fn analyse(
         device,
         inputs: inputs.to_vec(),
         outputs: outputs.iter().map(|t| t.id).zip(signatures).collect(),
-        state_len,
         released,
         output_layout: Layout::default(),
         scalars: Vec::new(),
@@ -1019,8 +1014,8 @@ struct TakenApart<B: StepBackend, S> {
 }
 
 /// Takes a call apart in one pass over the state: the `i`th of its tensors is replaced by
-/// `replacement(i, &tensor)`. `capacity`: how many tensors to expect (a training step's
-/// hundreds would otherwise grow the list a few times).
+/// `replacement(i, &tensor)`. `capacity`: how many tensors to expect (a replay knows them from
+/// its guard: a training step's hundreds would otherwise grow the list a few times).
 fn take_apart<B: StepBackend, S: StepState<B>, I: StepTensors<B>>(
     state: S,
     inputs: I,

@@ -87,8 +87,7 @@ pub trait StepOptimizer<B: StepBackend + AutodiffBackend, M: AutodiffModule<B>>:
 }
 
 /// The record of an optimizer adaptor over `SO` on the training backend.
-type AdaptorRecords<SO, M, X, C> =
-    <OptimizerAdaptor<SO, M, Train<X, C>> as Optimizer<M, Train<X, C>>>::Record;
+type AdaptorRecords<SO, M, X, C> = crate::optim::AdaptorRecords<SO, M, Train<X, C>>;
 
 /// Visits a model's float parameters and maps the optimizer state kept for each.
 struct RecordSwap<'a, SO, X, C, M>
