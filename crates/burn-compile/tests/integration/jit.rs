@@ -599,8 +599,13 @@ fn a_learning_rate_held_then_changed_records_once_more() {
 /// A training step through `jit_train` with the device Adam, one call per entry of `rows` (a
 /// batch of that many rows), beside eager Flex from the same weights; every loss compared.
 /// Before call `keep`, the caller clones the model and checks after the call that the clone
-/// still holds the weights it had. Returns the step's figures and reasons.
-fn train_batches_against_eager(rows: &[usize], keep: Option<usize>) -> (JitStats, Vec<String>) {
+/// still holds the weights it had; `before_call(call)` runs before each call. Returns the
+/// step's figures after each call, and its reasons.
+fn train_batches_against_eager(
+    rows: &[usize],
+    keep: Option<usize>,
+    before_call: &mut dyn FnMut(usize),
+) -> (Vec<JitStats>, Vec<String>) {
     let (mut model, mut eager) = pair::<AdC, AdF>();
     let mut optim = burn_compile::optim::AdamConfig::new().init::<AdC, Mlp<AdC>>();
     let mut eager_optim = burn_compile::optim::AdamConfig::new().init::<AdF, Mlp<AdF>>();
@@ -609,7 +614,9 @@ fn train_batches_against_eager(rows: &[usize], keep: Option<usize>) -> (JitStats
             train(model, optim, 1e-2, batch)
         },
     );
+    let mut stats = Vec::with_capacity(rows.len());
     for (call, &rows) in rows.iter().enumerate() {
+        before_call(call);
         let seed = call as u64;
         let kept = (keep == Some(call)).then(|| {
             let kept = model.clone();
@@ -633,11 +640,12 @@ fn train_batches_against_eager(rows: &[usize], keep: Option<usize>) -> (JitStats
                 assert_eq!(got, want, "a clone the caller kept before call {call}");
             }
         }
+        stats.push(step.stats());
     }
     for (got, want) in weights(&model).into_iter().zip(weights(&eager)) {
         assert_close("parameters", got, want, Tolerance::rel_abs(1e-4, 1e-6));
     }
-    (step.stats(), step.ineligible())
+    (stats, step.ineligible())
 }
 
 /// Batches of two sizes in turn, once each is recorded: every call replays a recording other
@@ -649,7 +657,8 @@ fn training_batches_of_two_sizes_in_turn_replay_and_match_eager() {
     crate::own_process!(training_batches_of_two_sizes_in_turn_replay_and_match_eager);
     let _serial = serial();
     let rows = [16, 16, 16, 8, 8, 8, 16, 8, 16, 8, 16, 8];
-    let (stats, why) = train_batches_against_eager(&rows, None);
+    let (stats, why) = train_batches_against_eager(&rows, None, &mut |_| {});
+    let stats = stats.last().expect("calls");
     // 16 rows: the state's creation, then two recordings; 8 rows: two recordings.
     assert_eq!(
         (stats.recordings, stats.replays, stats.runs),
@@ -665,7 +674,8 @@ fn training_batches_of_two_sizes_in_turn_replay_and_match_eager() {
 fn a_model_cloned_between_replays_is_not_written_by_the_next_call() {
     crate::own_process!(a_model_cloned_between_replays_is_not_written_by_the_next_call);
     let _serial = serial();
-    let (stats, why) = train_batches_against_eager(&[16; 8], Some(5));
+    let (stats, why) = train_batches_against_eager(&[16; 8], Some(5), &mut |_| {});
+    let stats = stats.last().expect("calls");
     assert_eq!(
         (stats.recordings, stats.replays, stats.runs),
         (4, 4, 0),
@@ -687,40 +697,18 @@ fn a_replaying_step_runs_its_function_under_the_eager_stance() {
         }
     }
     let _restore = Restore;
-    let (mut model, mut eager) = pair::<AdC, AdF>();
-    let mut optim = burn_compile::optim::AdamConfig::new().init::<AdC, Mlp<AdC>>();
-    let mut eager_optim = burn_compile::optim::AdamConfig::new().init::<AdF, Mlp<AdF>>();
-    let mut step = burn_compile::jit_train(
-        |model: Mlp<AdC>, optim: &mut _, batch: (Tensor<AdC, 2>, Tensor<AdC, 2>)| {
-            train(model, optim, 1e-2, batch)
-        },
-    );
-    let mut seen = Vec::new();
-    for call in 0..9u64 {
-        let stance = if (5..7).contains(&call) {
+    let (stats, why) = train_batches_against_eager(&[8; 9], None, &mut |call| {
+        burn_compile::set_stance(if (5..7).contains(&call) {
             burn_compile::Stance::Eager
         } else {
             burn_compile::Stance::Default
-        };
-        burn_compile::set_stance(stance);
-        let (next, loss) = step.call(model, &mut optim, (input(8, call), target(8, 1000 + call)));
-        model = next;
-        let (next, want) = train(
-            eager,
-            &mut eager_optim,
-            1e-2,
-            (input(8, call), target(8, 1000 + call)),
-        );
-        eager = next;
-        assert_close(
-            &format!("loss {call}"),
-            loss.into_data(),
-            want.into_data(),
-            training_tolerance(),
-        );
-        let stats = step.stats();
-        seen.push((stats.recordings, stats.replays, stats.runs));
-    }
+        })
+    });
+    let seen: Vec<_> = stats
+        .iter()
+        .map(|s| (s.recordings, s.replays, s.runs))
+        .collect();
+    assert!(why.is_empty(), "{why:?}");
     // Calls 0-2 record, 3 and 4 replay, 5 and 6 run (eager), 7 and 8 replay.
     assert_eq!(seen[4], (3, 2, 0), "{seen:?}");
     assert_eq!(seen[6], (3, 2, 2), "{seen:?}");
