@@ -37,6 +37,7 @@ fn a_bias_gradient_is_one_column_sum() {
         vec![ColumnGroup {
             ops: vec![0],
             drops: vec![],
+            reshape: None,
             input: Slot { op: 0, pos: 0 },
             consumed: true,
             output: Slot { op: 0, pos: 0 },
@@ -66,6 +67,36 @@ fn a_chain_of_broadcast_sums_is_one_column_sum() {
     );
     assert_eq!(g.output, Slot { op: 1, pos: 0 });
     assert!(g.summary().contains("[1, 24, 8, 1]"), "{}", g.summary());
+}
+
+/// A layer norm's γ: the gradient summed back to `[1, 1, 8]`, then, later, reshaped to γ's
+/// `[8]`, the sum's last use. The reshape is part of the kernel, which writes its output (the
+/// same elements as `[8]`) where the sums were: the step stays at the last sum, and no step
+/// reads the sum's result in between. Read by another operation too, the reshape stays a step
+/// of its own.
+#[test]
+fn a_reshape_that_ends_the_result_is_the_kernels_output() {
+    let ops = vec![
+        sum_dim(t(1, &[4, 6, 8], ReadWrite), 0, 2),
+        sum_dim(t(2, &[1, 6, 8], ReadWrite), 1, 3),
+        exp(t(9, &[8], ReadOnly), 10),
+        reshape(t(3, &[1, 1, 8], ReadWrite), &[8], 4),
+    ];
+    let plan = plan_with_columns(&ops);
+    assert_eq!(columns(&plan), vec![Step::Column { group: 0 }]);
+    assert_eq!(plan.steps[0], Step::Column { group: 0 });
+    let g = &plan.column[0];
+    assert_eq!((g.ops.clone(), g.reshape), (vec![0, 1], Some(3)));
+    assert_eq!((g.output, g.dims), (Slot { op: 3, pos: 0 }, [1, 24, 8, 1]));
+    assert_eq!(g.at(), 1);
+    assert_eq!(g.all_ops().collect::<Vec<_>>(), vec![0, 1, 3]);
+
+    let mut read_twice = ops.clone();
+    read_twice[3] = reshape(t(3, &[1, 1, 8], ReadOnly), &[8], 4);
+    read_twice.push(exp(t(3, &[1, 1, 8], ReadWrite), 5));
+    let plan = plan_with_columns(&read_twice);
+    let g = &plan.column[0];
+    assert_eq!((g.reshape, g.output), (None, Slot { op: 1, pos: 0 }));
 }
 
 /// An intermediate dropped rather than consumed by the next sum still ends inside the chain:

@@ -40,6 +40,12 @@ pub struct ColumnGroup {
     pub ops: Vec<u32>,
     /// Drops of the group's intermediate results (never materialized).
     pub drops: Vec<u32>,
+    /// A reshape of the last sum's result that ends its life, wherever it comes later (a
+    /// parameter's gradient taken back to the parameter's shape: γ's `[1, 1, d]` to `[d]`): the
+    /// kernel writes its output — the same contiguous elements under that shape — so the sum's
+    /// result is never a value of its own, and no step has to wait for the reshape.
+    #[serde(default)]
+    pub reshape: Option<u32>,
     /// The first operation's input: the tensor the kernel reads.
     pub input: Slot,
     /// The kernel's input has its last use in the group: freed after the kernel.
@@ -55,9 +61,14 @@ pub struct ColumnGroup {
 }
 
 impl ColumnGroup {
-    /// The operations the step replaces, in program order (drops last).
+    /// The operations the step replaces: the sums in program order, then the drops and the
+    /// reshape.
     pub fn all_ops(&self) -> impl Iterator<Item = u32> + '_ {
-        self.ops.iter().chain(&self.drops).copied()
+        self.ops
+            .iter()
+            .chain(&self.drops)
+            .chain(&self.reshape)
+            .copied()
     }
 
     /// The position the step runs at (the last sum).
@@ -288,6 +299,20 @@ fn sum_chain(ops: &[OperationIr], live: &[bool], taken: &[bool], i: usize) -> Op
     let (len, dims, divisor, kept_drops) = best?;
     chain.truncate(len);
     drops.truncate(kept_drops);
+    // A reshape that ends the result's life is the kernel's output ([`ColumnGroup::reshape`]).
+    let last = *chain.last().expect("a chain has a sum");
+    let result = sum_of(&ops[last]).expect("a chain of sums").out;
+    let mut more = Vec::new();
+    let reshape = sole_reader(ops, live, result, last, &mut more).filter(|&j| {
+        !taken[j]
+            && matches!(
+                &ops[j],
+                OperationIr::BaseFloat(BaseOperationIr::Reshape(r)) if r.input.id == result.id
+            )
+    });
+    if reshape.is_some() {
+        drops.extend(more);
+    }
     drops.sort_unstable();
     Some(ColumnGroup {
         input: Slot {
@@ -296,11 +321,12 @@ fn sum_chain(ops: &[OperationIr], live: &[bool], taken: &[bool], i: usize) -> Op
         },
         consumed: first.input.status == TensorStatus::ReadWrite,
         output: Slot {
-            op: *chain.last().expect("a chain has a sum") as u32,
+            op: reshape.unwrap_or(last) as u32,
             pos: 0,
         },
         ops: chain.into_iter().map(|k| k as u32).collect(),
         drops,
+        reshape: reshape.map(|j| j as u32),
         dims,
         divisor,
         dtype: first.input.dtype,
@@ -342,6 +368,7 @@ fn permuted_sum(
     Some(ColumnGroup {
         ops: vec![i as u32, j as u32, k as u32],
         drops,
+        reshape: None,
         input: Slot {
             op: i as u32,
             pos: 0,
