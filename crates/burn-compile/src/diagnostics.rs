@@ -37,6 +37,9 @@ pub struct GraphRecord {
     /// Column-sum kernels among the launches (each in place of a chain of sums over leading
     /// dimensions: a bias gradient, a broadcast operand's gradient).
     pub column_kernels: usize,
+    /// Horizontal column-sum kernels among the launches, and the column sums they launch
+    /// together (counted in `column_kernels`).
+    pub horizontal_column_kernels: (usize, usize),
     /// Intermediates placed in the slots of the replay's one buffer (memory planning), the
     /// slots, and their bytes against the bytes of those values allocated one by one.
     pub memory: PlannedMemory,

@@ -146,9 +146,12 @@ impl fmt::Display for Explanation {
                     0 => String::new(),
                     n => format!(", {n} attention kernel(s)"),
                 },
-                match g.column_kernels {
-                    0 => String::new(),
-                    n => format!(", {n} column sum(s)"),
+                match (g.column_kernels, g.horizontal_column_kernels) {
+                    (0, _) => String::new(),
+                    (n, (0, _)) => format!(", {n} column sum(s)"),
+                    (n, (k, members)) => format!(
+                        ", {n} column sum(s), {members} of them launched as {k} horizontal kernel(s)"
+                    ),
                 },
                 match g.memory.values {
                     0 => String::new(),

@@ -88,6 +88,8 @@ pub(crate) struct Accepts<'a> {
     pub attention: Option<&'a dyn Fn(&AttentionGroup) -> bool>,
     /// Column sums.
     pub column: Option<&'a dyn Fn(&ColumnGroup) -> bool>,
+    /// Column sums like this one launched together.
+    pub horizontal_columns: Option<&'a dyn Fn(&ColumnGroup) -> bool>,
 }
 
 #[derive(Default)]
@@ -304,6 +306,7 @@ impl PlanCache {
             library_matmuls: plan.library_matmuls(),
             attention_kernels: plan.attention_kernels(),
             column_kernels: plan.column_kernels(),
+            horizontal_column_kernels: plan.horizontal_column_kernels(),
             memory: crate::diagnostics::PlannedMemory {
                 values: plan.memory.planned(),
                 slots: plan.memory.slots.len(),
@@ -497,6 +500,7 @@ impl PlanCache {
             // A symbolic plan's attention tuning and memory slab would be sized per problem.
             attention: attention.as_ref().filter(|_| !is_symbolic).map(|f| f as _),
             column: accepts.column.filter(|_| config.column_sums),
+            horizontal_columns: accepts.horizontal_columns,
             memory_planning: config.memory_planning && !is_symbolic,
             symbolic_sizes: &symbolic_sizes,
         };
@@ -575,6 +579,8 @@ pub(crate) fn plan_on<B: BackendIr>(
     let accepts = kernels.map(|k| move |kernel: &_| k.lower(Lowering::Kernel(kernel)));
     let accepts_matmul = kernels.map(|k| move |group: &_| k.lower(Lowering::Matmul(group)));
     let accepts_column = kernels.map(|k| move |group: &_| k.lower(Lowering::Column(group)));
+    let accepts_horizontal_columns =
+        kernels.map(|k| move |group: &_| k.lower(Lowering::HorizontalColumns(group)));
     let accepts_attention = kernels.map(|k| {
         move |group: &_| k.lower(Lowering::Attention(group)) && !inner.attention_lost(group)
     });
@@ -589,6 +595,7 @@ pub(crate) fn plan_on<B: BackendIr>(
             matmul: accepts_matmul.as_ref().map(|f| f as _),
             attention: accepts_attention.as_ref().map(|f| f as _),
             column: accepts_column.as_ref().map(|f| f as _),
+            horizontal_columns: accepts_horizontal_columns.as_ref().map(|f| f as _),
         },
         declared,
     )
@@ -637,6 +644,7 @@ fn eager_plan(ops: &[OperationIr]) -> Plan {
             matmul: None,
             attention: None,
             column: None,
+            horizontal_columns: None,
             memory_planning: false,
             symbolic_sizes: &[],
         },

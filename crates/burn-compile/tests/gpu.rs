@@ -1022,12 +1022,96 @@ fn gpu_bias_and_layer_norm_gradients_are_column_sums_and_match_eager() {
     );
     let ran = burn_compile::metrics().since(&before).column_kernels;
     assert!(ran >= 3, "each ran as a kernel, not as its sums: {ran}");
+    // γ's and the bias's (β's input is freed before γ's sum): one launch.
+    let together: Vec<(usize, usize)> = report
+        .graphs
+        .iter()
+        .map(|g| g.horizontal_column_kernels)
+        .filter(|h| h.0 > 0)
+        .collect();
+    assert_eq!(together, vec![(1, 2)], "{report}");
     let want = grads::<Autodiff<Eager>>(&d);
     // Through the layer norm's backward (row kernels against eager's reductions, each summing
     // in its own order) the gradients of a 96-row batch differ by ~2e-4 relative.
     let tol = Tolerance::relative(1e-3).set_absolute(1e-5);
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         println!("checking gradient {i}");
+        g.assert_approx_eq::<f32>(w, tol);
+    }
+}
+
+/// A transformer encoder layer's backward pass (post-norm, ReLU, as W1's): its bias gradients
+/// of `[rows, d]` and its layer norms' γ and β gradients are column sums of one shape, and
+/// those whose inputs are still alive where a later one runs are launched together; every
+/// parameter's gradient matches eager's.
+#[test]
+fn gpu_a_transformer_layers_gradient_sums_launch_together_and_match_eager() {
+    use burn::module::Module;
+    use burn::nn::transformer::{TransformerEncoder, TransformerEncoderInput};
+    if !adapter_available() {
+        return;
+    }
+    let config = burn::nn::transformer::TransformerEncoderConfig::new(32, 64, 4, 1)
+        .with_dropout(0.0)
+        .with_activation(burn::nn::activation::ActivationConfig::Relu);
+    let device = Default::default();
+    let eager: TransformerEncoder<Autodiff<Eager>> = config.init(&device);
+    let compiled: TransformerEncoder<Autodiff<C>> =
+        support::load(config.init(&device), support::weights(&eager));
+    let x = support::float_data(&[4, 8, 32], 81, -1.0, 1.0);
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(
+        model: &TransformerEncoder<B>,
+        x: &TensorData,
+    ) -> Vec<TensorData> {
+        let device = Default::default();
+        let x = Tensor::<B, 3>::from_data(x.clone(), &device);
+        let y = model.forward(TransformerEncoderInput::new(x));
+        let grads = (y.clone() * y).sum().backward();
+        let mut collect = GradsOf(&grads, Vec::new());
+        model.visit(&mut collect);
+        collect.1
+    }
+    struct GradsOf<'a, B: burn::tensor::backend::AutodiffBackend>(
+        &'a B::Gradients,
+        Vec<TensorData>,
+    );
+    impl<B: burn::tensor::backend::AutodiffBackend> burn::module::ModuleVisitor<B> for GradsOf<'_, B> {
+        fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+            let grad = param
+                .val()
+                .grad(self.0)
+                .expect("every parameter has a gradient");
+            self.1.push(grad.into_data());
+        }
+    }
+    let before = burn_compile::metrics();
+    let (got, report) = explain(|| grads(&compiled, &x));
+    let (launches, sums): (usize, usize) = report
+        .graphs
+        .iter()
+        .map(|g| g.horizontal_column_kernels)
+        .fold((0, 0), |(k, m), (gk, gm)| (k + gk, m + gm));
+    let columns: usize = report.graphs.iter().map(|g| g.column_kernels).sum();
+    // Ten sums, nine of `[32, 32]`: seven of them in two launches (each layer norm's β sum
+    // reads its output gradient, which is freed before the next sum: it runs alone).
+    assert!(columns >= 10, "the layer's sums are column sums: {report}");
+    assert!(
+        launches >= 2 && sums >= 7,
+        "sums launched together: {report}"
+    );
+    let ran = burn_compile::metrics().since(&before);
+    assert_eq!(
+        ran.column_kernels as usize, columns,
+        "each sum ran as a kernel: {report}"
+    );
+    assert_eq!(ran.kernel_fallbacks, 0, "{report}");
+    let want = grads(&eager, &x);
+    assert_eq!(got.len(), want.len());
+    // Through attention's softmax and two layer norms' backward passes, each sum added in its
+    // own order: as the layer norm test's tolerance.
+    let tol = Tolerance::relative(1e-3).set_absolute(1e-5);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        println!("checking gradient {i} {:?}", g.shape);
         g.assert_approx_eq::<f32>(w, tol);
     }
 }

@@ -149,11 +149,78 @@ pub fn column_sum<F: Float>(
     #[comptime] divisor: usize,
     #[comptime] groups: usize,
 ) {
+    let mut partial = SharedMemory::<f32>::new(comptime![groups * COLUMN_TILE]);
+    column_tile::<F>(
+        input,
+        output,
+        &mut partial,
+        CUBE_POS,
+        reduced,
+        inner,
+        columns,
+        divisor,
+        groups,
+    );
+}
+
+/// Several column sums of the same dimensions as one launch: member `m`'s input and output are
+/// the `m`-th of `inputs` and `outputs`, its cubes those from `m · cubes` on (`cubes` per
+/// member), each as [`column_sum`]'s. A sum whose few cubes leave most of the device idle (64
+/// for W1's bias gradients) shares it with the others, and the launches are one.
+#[cube(launch_unchecked)]
+pub fn column_sums<F: Float>(
+    inputs: &Sequence<Array<F>>,
+    outputs: &mut Sequence<Array<F>>,
+    #[comptime] members: usize,
+    #[comptime] reduced: usize,
+    #[comptime] inner: usize,
+    #[comptime] columns: usize,
+    #[comptime] divisor: usize,
+    #[comptime] groups: usize,
+) {
+    let cubes = comptime![columns.div_ceil(COLUMN_TILE)];
+    let member = CUBE_POS / cubes;
+    let tile = CUBE_POS % cubes;
+    let mut partial = SharedMemory::<f32>::new(comptime![groups * COLUMN_TILE]);
+    // `member` is the same for every unit of a cube: the barriers inside are reached by all.
+    #[unroll]
+    for m in 0..members {
+        if member == m {
+            column_tile::<F>(
+                inputs.index(m),
+                outputs.index_mut(m),
+                &mut partial,
+                tile,
+                reduced,
+                inner,
+                columns,
+                divisor,
+                groups,
+            );
+        }
+    }
+}
+
+/// Tile `tile` of a column sum (its [`COLUMN_TILE`] output columns): the cube's units laid out
+/// `[groups, COLUMN_TILE]`, unit `(g, l)` summing rows `g, g + groups, …` of column `l`, then
+/// the groups' partial sums added pairwise in `partial`.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn column_tile<F: Float>(
+    input: &Array<F>,
+    output: &mut Array<F>,
+    partial: &mut SharedMemory<f32>,
+    tile: usize,
+    #[comptime] reduced: usize,
+    #[comptime] inner: usize,
+    #[comptime] columns: usize,
+    #[comptime] divisor: usize,
+    #[comptime] groups: usize,
+) {
     let lane = UNIT_POS_X as usize;
     let group = UNIT_POS_Y as usize;
-    let tile = comptime![COLUMN_TILE];
-    let column = CUBE_POS * tile + lane;
-    let mut partial = SharedMemory::<f32>::new(comptime![groups * COLUMN_TILE]);
+    let width = comptime![COLUMN_TILE];
+    let column = tile * width + lane;
     let mut total = 0f32;
     if column < columns {
         let base = (column / inner) * comptime![reduced * inner] + column % inner;
@@ -170,10 +237,10 @@ pub fn column_sum<F: Float>(
             }
         }
     }
-    let at = group * tile + lane;
+    let at = group * width + lane;
     partial[at] = total;
     sync_cube();
-    add_pairwise(&mut partial, group, at, groups, tile);
+    add_pairwise(partial, group, at, groups, width);
     if group == 0 && column < columns {
         let mut sum = partial[lane];
         if comptime![divisor > 1] {
@@ -413,6 +480,51 @@ pub unsafe fn launch_column_sum<R: Runtime, E: Float>(
                 dims.groups(),
             );
         }
+    }
+}
+
+/// Launches the column sums of `inputs` into `outputs` (the same number, each pair as
+/// [`launch_column_sum`] takes them: `dims.elements()` contiguous elements in, `dims.columns()`
+/// out) as one kernel ([`column_sums`]). Plain column sums only (`dims.trailing == 1`).
+///
+/// # Safety
+/// As [`launch_column_sum`], for every pair.
+pub unsafe fn launch_column_sums<R: Runtime, E: Float>(
+    client: &ComputeClient<R>,
+    dims: ColumnDims,
+    inputs: Vec<Handle>,
+    outputs: Vec<Handle>,
+) {
+    assert!(
+        !dims.strided(),
+        "column sums launched together are plain ones"
+    );
+    assert_eq!(inputs.len(), outputs.len(), "an output per input");
+    let members = inputs.len();
+    let [ux, uy] = dims.cube_dim();
+    // SAFETY: the caller's contract; each member's cubes cover its columns.
+    unsafe {
+        let inputs: SequenceArg<R, Array<E>> = inputs
+            .into_iter()
+            .map(|h| ArrayArg::from_raw_parts(h, dims.elements()))
+            .collect();
+        let outputs: SequenceArg<R, Array<E>> = outputs
+            .into_iter()
+            .map(|h| ArrayArg::from_raw_parts(h, dims.columns()))
+            .collect();
+        column_sums::launch_unchecked::<E, R>(
+            client,
+            grid(dims.cubes() * members),
+            CubeDim::new_2d(ux, uy),
+            inputs,
+            outputs,
+            members,
+            dims.reduced,
+            dims.inner,
+            dims.columns(),
+            dims.divisor,
+            dims.groups(),
+        );
     }
 }
 

@@ -10,7 +10,7 @@ pub mod offline;
 pub mod pointwise;
 pub mod row;
 
-pub use column::{ColumnDims, launch_column_sum};
+pub use column::{ColumnDims, launch_column_sum, launch_column_sums};
 pub use launch::{launch_horizontal, launch_pointwise};
 pub use row::Reduction;
 
@@ -940,6 +940,71 @@ pub fn wgsl_column_source(dtype: DType, dims: ColumnDims) -> Result<String, Code
         }
     };
     sources(kernels, compile_wgsl)
+}
+
+/// The definition of `members` column sums over `dims` launched together
+/// ([`launch_column_sums`]).
+fn define_column_sums<Fl: Flavor, E: Float>(
+    dims: ColumnDims,
+    members: usize,
+) -> (cubecl::prelude::KernelDefinition, StorageType) {
+    let client = OfflineRuntime::<Fl>::client(&StubDevice);
+    let [ux, uy] = dims.cube_dim();
+    let settings = KernelSettings::default()
+        .cube_dim(CubeDim::new_2d(ux, uy))
+        .address_type(AddressType::U32);
+    let k = column::column_sums::ColumnSums::<E, OfflineRuntime<Fl>>::new(
+        settings,
+        client,
+        array_args::<E>(members),
+        array_args::<E>(members),
+        members,
+        dims.reduced,
+        dims.inner,
+        dims.columns(),
+        dims.divisor,
+        dims.groups(),
+    );
+    (k.define(), k.address_type())
+}
+
+/// The CUDA C++ source of `members` column sums of `dtype` over `dims` launched together.
+pub fn cuda_column_sums_source(
+    dtype: DType,
+    dims: ColumnDims,
+    members: usize,
+) -> Result<String, CodegenError> {
+    let (definition, address) = match dtype {
+        DType::F32 | DType::Flex32 => define_column_sums::<CudaFlavor, f32>(dims, members),
+        DType::F16 => define_column_sums::<CudaFlavor, half::f16>(dims, members),
+        DType::BF16 => define_column_sums::<CudaFlavor, half::bf16>(dims, members),
+        DType::F64 => define_column_sums::<CudaFlavor, f64>(dims, members),
+        dtype => {
+            return Err(CodegenError::UnsupportedDType {
+                dtype,
+                target: "CUDA",
+            });
+        }
+    };
+    compile_cuda(definition, address)
+}
+
+/// The WGSL source of `members` column sums of `dtype` over `dims` launched together.
+pub fn wgsl_column_sums_source(
+    dtype: DType,
+    dims: ColumnDims,
+    members: usize,
+) -> Result<String, CodegenError> {
+    let (definition, address) = match dtype {
+        DType::F32 | DType::Flex32 => define_column_sums::<WgslFlavor, f32>(dims, members),
+        dtype => {
+            return Err(CodegenError::UnsupportedDType {
+                dtype,
+                target: "WGSL",
+            });
+        }
+    };
+    compile_wgsl(definition, address)
 }
 
 fn compile_cuda(

@@ -482,6 +482,37 @@ fn column_sum_bias_gradient() {
     );
 }
 
+/// Three column sums of W1's bias-gradient shape (`[1, 4096, 512]` over its rows) launched
+/// together: 64 cubes each, the cube's member picked from its position, each member's tile as
+/// [`column_sum_bias_gradient`]'s — in bf16 on CUDA and f32 on WGSL.
+#[test]
+fn column_sums_launched_together() {
+    let dims = burn_compile_codegen::ColumnDims {
+        outer: 1,
+        reduced: 4096,
+        inner: 512,
+        trailing: 1,
+        divisor: 1,
+    };
+    let description = format!("3 column sums over {dims:?} in one launch");
+    let cuda =
+        burn_compile_codegen::cuda_column_sums_source(DType::BF16, dims, 3).expect("CUDA source");
+    let wgsl =
+        burn_compile_codegen::wgsl_column_sums_source(DType::F32, dims, 3).expect("WGSL source");
+    assert_stage_snapshot!(
+        "codegen",
+        "column_sums_launched_together.cuda",
+        cuda,
+        description.clone()
+    );
+    assert_stage_snapshot!(
+        "codegen",
+        "column_sums_launched_together.wgsl",
+        wgsl,
+        description
+    );
+}
+
 /// A batch norm's statistics: the mean over batch and space of `[64, 256, 56, 56]` per
 /// channel (W3's), read as `[1, 64, 256, 3136]` — 256 channels of 200,704 elements each, so
 /// split: 13 cubes per channel summing chunks of 15,439 elements (adjacent units reading

@@ -427,6 +427,83 @@ fn horizontal_kernels_compute_each_members_own_outputs_on_wgpu() {
     run_horizontal(&client, "horizontal, vectors of 4", &vector_members, 4);
 }
 
+/// Column sums launched together on wgpu, each member against the same sum launched alone
+/// (bit for bit: the same order of additions) and a host sum in f64: three bias gradients of
+/// `[1, 700, 24]` (3 cubes each, the tile's last columns past the end), two means with an
+/// outer dimension (`[3, 5, 37]`), and five of W1's `[1, 4096, 40]` (unrolled rows).
+#[test]
+fn column_sums_launched_together_match_each_sum_alone_on_wgpu() {
+    let Some(client) = client() else { return };
+    for (case, (members, [outer, reduced, inner, divisor])) in [
+        (3, [1, 700, 24, 1]),
+        (2, [3, 5, 37, 5]),
+        (5, [1, 4096, 40, 1]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dims = burn_compile_codegen::ColumnDims {
+            outer,
+            reduced,
+            inner,
+            trailing: 1,
+            divisor,
+        };
+        let inputs: Vec<_> = (0..members)
+            .map(|m| {
+                contiguous(
+                    &[outer, reduced, inner],
+                    300 + 10 * case as u64 + m as u64,
+                    -2.0,
+                    2.0,
+                )
+            })
+            .collect();
+        let handles: Vec<_> = inputs
+            .iter()
+            .map(|i| client.create_from_slice(f32::as_bytes(&i.data)))
+            .collect();
+        let together: Vec<_> = (0..members)
+            .map(|_| client.empty(dims.columns() * 4))
+            .collect();
+        unsafe {
+            burn_compile_codegen::launch_column_sums::<WgpuRuntime, f32>(
+                &client,
+                dims,
+                handles.clone(),
+                together.clone(),
+            );
+        }
+        for (m, input) in inputs.iter().enumerate() {
+            let alone = client.empty(dims.columns() * 4);
+            unsafe {
+                burn_compile_codegen::launch_column_sum::<WgpuRuntime, f32>(
+                    &client,
+                    dims,
+                    handles[m].clone(),
+                    alone.clone(),
+                );
+            }
+            let got =
+                f32::from_bytes(&client.read_one(together[m].clone()).expect("read")).to_vec();
+            let want_bits = f32::from_bytes(&client.read_one(alone).expect("read")).to_vec();
+            assert_eq!(got.len(), dims.columns());
+            for (c, (g, a)) in got.iter().zip(&want_bits).enumerate() {
+                assert_eq!(g.to_bits(), a.to_bits(), "{dims:?} member {m}, column {c}");
+                let (o, k) = (c / inner, c % inner);
+                let sum: f64 = (0..reduced)
+                    .map(|r| input.data[(o * reduced + r) * inner + k] as f64)
+                    .sum();
+                let want = sum / divisor as f64;
+                assert!(
+                    (*g as f64 - want).abs() <= (1e-4 + 1e-5 * reduced as f64) / divisor as f64,
+                    "{dims:?} member {m}, column {c}: {g} against {want}"
+                );
+            }
+        }
+    }
+}
+
 /// The column sums on wgpu against a host sum in f64: a bias gradient (`[1, 700, 24]`: 700
 /// rows, not a multiple of the cube's 32 row groups; 24 columns, not of its tile of 8 … 3
 /// cubes), a broadcast gradient with an outer dimension (`[3, 5, 37]`), one row (`[1, 1, 9]`),

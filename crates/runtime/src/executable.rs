@@ -65,6 +65,9 @@ pub enum Launch {
     Attention { group: u32, bindings: Vec<Binding> },
     /// Column group `group`: the first sum's input and the last sum's output.
     Column { group: u32, bindings: Vec<Binding> },
+    /// Horizontal column group `group`: its members' column sums (each a [`Launch::Column`])
+    /// as one launch where the target takes it, else one by one.
+    HorizontalColumns { group: u32, columns: Vec<Launch> },
     /// Frees the inputs of dead op `op` at `inputs` (positions).
     Release { op: u32, inputs: Vec<u8> },
     /// Op `op`'s outputs share op `of`'s; then its consumed inputs at `inputs` are freed.
@@ -103,6 +106,21 @@ fn kernel_launch(plan: &Plan, group: u32, scalars: &mut Vec<ScalarSource>) -> La
         group,
         bindings,
         scalars: (start, g.scalars.len() as u32),
+    }
+}
+
+/// The launch of column group `group`: its input and its output.
+fn column_launch(plan: &Plan, group: u32) -> Launch {
+    let g = &plan.column[group as usize];
+    Launch::Column {
+        group,
+        bindings: vec![
+            Binding::Read(g.input),
+            Binding::Write {
+                at: g.output,
+                slab: None,
+            },
+        ],
     }
 }
 
@@ -185,19 +203,15 @@ impl Executable {
                         bindings,
                     }
                 }
-                Step::Column { group } => {
-                    let g = &plan.column[*group as usize];
-                    Launch::Column {
-                        group: *group,
-                        bindings: vec![
-                            Binding::Read(g.input),
-                            Binding::Write {
-                                at: g.output,
-                                slab: None,
-                            },
-                        ],
-                    }
-                }
+                Step::Column { group } => column_launch(plan, *group),
+                Step::HorizontalColumns { group } => Launch::HorizontalColumns {
+                    group: *group,
+                    columns: plan.horizontal_columns[*group as usize]
+                        .members
+                        .iter()
+                        .map(|m| column_launch(plan, *m))
+                        .collect(),
+                },
                 Step::Release { op, inputs } => Launch::Release {
                     op: *op,
                     inputs: inputs.clone(),
@@ -359,6 +373,17 @@ impl Executable {
             Launch::Column { group, bindings: b } => {
                 write!(f, "column sum {group} ")?;
                 bindings(f, b)?;
+            }
+            Launch::HorizontalColumns { group, columns } => {
+                write!(
+                    f,
+                    "horizontal column sums {group} of {} sums:",
+                    columns.len()
+                )?;
+                for column in columns {
+                    write!(f, "\n        ")?;
+                    self.fmt_launch(f, column)?;
+                }
             }
             Launch::Release { op, inputs } => write!(f, "free {}", positions(*op, inputs))?,
             Launch::Alias { op, of, inputs } => {

@@ -13,6 +13,7 @@ use burn_compile_schedule::{
     AttentionGroup, ColumnGroup, FusedGroup, FusedKernel, MatmulGroup, Plan,
 };
 use burn_ir::{BackendIr, HandleContainer, OperationIr, TensorHandle, TensorId, TensorIr};
+use burn_std::Shape;
 use burn_std::future::DynFut;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -36,6 +37,9 @@ pub struct InnerDevice<B: BackendIr> {
     /// Horizontal kernels (by their members' kernels) that failed: their members launch one
     /// by one from then on.
     failed_horizontal: Mutex<FxHashSet<Vec<FusedKernel>>>,
+    /// Horizontal column groups (by their members) whose kernel failed: their sums launch one
+    /// by one from then on.
+    failed_horizontal_columns: Mutex<FxHashSet<Vec<ColumnGroup>>>,
     /// Why kernel builds failed, each warned about once.
     build_failures: Mutex<FxHashSet<String>>,
     /// `CompileConfig::strict` and `inject_kernel_failure` of the device, as last read.
@@ -106,6 +110,7 @@ impl<B: BackendIr> InnerDevice<B> {
             kernels,
             failed: Mutex::new(FxHashSet::default()),
             failed_horizontal: Mutex::new(FxHashSet::default()),
+            failed_horizontal_columns: Mutex::new(FxHashSet::default()),
             build_failures: Mutex::new(FxHashSet::default()),
             strict: AtomicBool::new(false),
             inject_failure: AtomicBool::new(false),
@@ -738,6 +743,98 @@ impl<B: BackendIr> InnerDevice<B> {
         // The input is freed where its last use was one of the sums, as the sums would have.
         if group.consumed {
             handles.remove_handle(input.id);
+        }
+        Ok(true)
+    }
+
+    /// The column sums `groups` (of one shape, over independent tensors) as one launch where
+    /// the target takes them, else each as [`Self::column`] runs it.
+    pub fn horizontal_columns(&self, ops: &[OperationIr], groups: &[&ColumnGroup]) {
+        let members = || -> Vec<ColumnGroup> { groups.iter().map(|g| (*g).clone()).collect() };
+        let known_bad = {
+            let failed = self
+                .failed_horizontal_columns
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            !failed.is_empty() && failed.contains(&members())
+        };
+        if !known_bad {
+            match self.try_horizontal_columns(ops, groups) {
+                Ok(true) => {
+                    let counters = &crate::counters::COUNTERS;
+                    for _ in groups {
+                        crate::counters::count(&counters.column_kernels);
+                    }
+                    crate::counters::count(&counters.kernels_launched);
+                    return;
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    let strict = self.strict.load(Ordering::Relaxed);
+                    let summary = format!(
+                        "{} column sums launched together, the first {}",
+                        groups.len(),
+                        groups[0].summary()
+                    );
+                    let message =
+                        failure("a horizontal column-sum kernel", &error, strict, &summary)
+                            .replace(
+                                "running its ops on the inner backend instead",
+                                "launching its sums one by one instead",
+                            );
+                    tracing::warn!(target: "burn_compile::output_code", "{message}");
+                    self.failed_horizontal_columns
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(members());
+                    crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
+                }
+            }
+        }
+        for group in groups {
+            self.column(ops, group);
+        }
+    }
+
+    /// The one launch of a horizontal column group; `Ok(false)` when the target did not take
+    /// it.
+    fn try_horizontal_columns(
+        &self,
+        ops: &[OperationIr],
+        groups: &[&ColumnGroup],
+    ) -> Result<bool, String> {
+        let target = self.plan_target();
+        let mut handles = self.handles();
+        let inputs: Vec<B::FloatTensorPrimitive> = groups
+            .iter()
+            .map(|g| float_input::<B>(&mut handles, slot_input(ops, &g.input)))
+            .collect();
+        if self.inject_failure.load(Ordering::Relaxed) {
+            return Err("failure injected (inject_kernel_failure)".into());
+        }
+        let outs: Vec<&TensorIr> = groups.iter().map(|g| slot_output(ops, &g.output)).collect();
+        let out_shapes: Vec<&Shape> = outs.iter().map(|t| &t.shape).collect();
+        let work = Work::HorizontalColumns {
+            groups,
+            inputs: &inputs,
+            out_shapes: &out_shapes,
+        };
+        let Some(results) = target.launch(work)? else {
+            tracing::debug!(
+                target: "burn_compile::output_code",
+                "burn-compile: {} column sums launched together ran one by one: the target \
+                 does not read one of their inputs in that tensor's layout",
+                groups.len()
+            );
+            return Ok(false);
+        };
+        drop(inputs);
+        for ((group, out), result) in groups.iter().zip(outs).zip(results) {
+            handles.register_handle(out.id, B::float_tensor_handle(result));
+            // Each input is freed where its last use was its sums, as the sums would have.
+            if group.consumed {
+                handles.remove_handle(slot_input(ops, &group.input).id);
+            }
         }
         Ok(true)
     }

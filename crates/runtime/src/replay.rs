@@ -4,7 +4,7 @@ use crate::InnerDevice;
 use crate::executable::{Binding, Executable, Launch};
 use crate::inner::Member;
 use burn_compile_graph::{Activation, GraphKey};
-use burn_compile_schedule::Plan;
+use burn_compile_schedule::{ColumnGroup, Plan};
 use burn_ir::{BackendIr, OperationIr, TensorId};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -178,6 +178,14 @@ fn walk<B: BackendIr>(
                 inner.attention(ops, &plan.attention[*group as usize])
             }
             Launch::Column { group, .. } => inner.column(ops, &plan.column[*group as usize]),
+            Launch::HorizontalColumns { group, .. } => {
+                let members: Vec<&ColumnGroup> = plan.horizontal_columns[*group as usize]
+                    .members
+                    .iter()
+                    .map(|m| &plan.column[*m as usize])
+                    .collect();
+                inner.horizontal_columns(ops, &members)
+            }
             Launch::Release { op, inputs } => release(inner, &ops[*op as usize], inputs),
             Launch::Alias { op, of, inputs } => {
                 let (repeat, original) = (&ops[*op as usize], &ops[*of as usize]);
@@ -201,6 +209,7 @@ fn walk<B: BackendIr>(
                 Launch::Matmul { .. } => "library matmul",
                 Launch::Attention { .. } => "attention",
                 Launch::Column { .. } => "column sum",
+                Launch::HorizontalColumns { .. } => "column sums (horizontal)",
                 Launch::Release { .. } | Launch::Alias { .. } => "release",
             };
             crate::profile::record(label, elapsed);

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 mod support;
 use support::{
     add, add_scalar, linear, linear_bias_backward, mul_scalar, plan, plan_with, plan_with_columns,
-    relu, sum_dim,
+    plan_with_horizontal_columns, relu, sum_dim,
 };
 include!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -115,12 +115,13 @@ fn scalars_are_read_from_each_replays_ops_never_frozen() {
 
 /// What the replay offered the target, launch by launch: the kind, the tensors bound (inputs;
 /// a matmul's residual counted), and a kernel's scalars.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Offered {
     Kernel { inputs: usize, scalars: Vec<f64> },
     Horizontal { members: usize },
     Matmul { inputs: usize, residual: bool },
     Column { dims: [usize; 4], input: Vec<usize> },
+    HorizontalColumns { members: usize },
 }
 
 /// A target that takes every kernel and library matmul when the plan is lowered, records each
@@ -158,6 +159,9 @@ impl KernelTarget<FlexTensor> for Recording {
             Work::Column { group, input, .. } => Offered::Column {
                 dims: group.dims,
                 input: input.shape().to_vec(),
+            },
+            Work::HorizontalColumns { groups, .. } => Offered::HorizontalColumns {
+                members: groups.len(),
             },
             Work::Attention { .. } | Work::ReshapeCopy { .. } | Work::Conv2d { .. } => {
                 return Ok(None);
@@ -332,6 +336,24 @@ fn gradient_sums() -> Vec<OperationIr> {
     ]
 }
 
+/// Replays `plan` of [`gradient_sums`] over `values` with a target that declines every launch,
+/// checks both results against eager Flex's, and returns what the target was offered.
+fn replay_gradient_sums(plan: &Arc<burn_compile_schedule::Plan>, values: Vec<f32>) -> Vec<Offered> {
+    let ops = gradient_sums();
+    let target = Arc::new(Recording::default());
+    let inner = InnerDevice::<Flex>::with_target(FlexDevice, Some(target.clone()));
+    inner.register_data(TensorId::new(1), TensorData::new(values.clone(), [2, 3, 4]));
+    execute(&inner, KeyWriter::new().key(), ops, plan);
+    let x = Tensor::<Flex, 3>::from_data(TensorData::new(values, [2, 3, 4]), &FlexDevice);
+    let want = x.sum_dim(0).sum_dim(1);
+    let bias = burn_std::future::block_on(inner.read(&t(2, &[4], ReadWrite))).unwrap();
+    bias.assert_approx_eq::<f32>(&want.clone().reshape([4]).into_data(), Tolerance::default());
+    let gamma = burn_std::future::block_on(inner.read(&t(4, &[1, 1, 4], ReadWrite))).unwrap();
+    gamma.assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
+    let offered = target.0.lock().unwrap().clone();
+    offered
+}
+
 /// Column sums lower to one launch each binding the first sum's input and the last sum's
 /// output; offered to a target that declines them, the sums run on the inner backend and give
 /// eager Flex's values.
@@ -347,29 +369,43 @@ fn column_sums_lower_to_one_launch_each_and_fall_back_to_the_sums() {
         "gradient_sums(): a bias gradient of [2, 3, 4], then the same tensor summed over 0 and 1"
     );
     assert_eq!(executable.launches.len(), 2);
-
-    let target = Arc::new(Recording::default());
-    let inner = InnerDevice::<Flex>::with_target(FlexDevice, Some(target.clone()));
     let values: Vec<f32> = (0..24).map(|j| ((j * 5) % 7) as f32 - 3.0).collect();
-    inner.register_data(TensorId::new(1), TensorData::new(values.clone(), [2, 3, 4]));
-    execute(&inner, KeyWriter::new().key(), ops.clone(), &plan);
+    let column = Offered::Column {
+        dims: [1, 6, 4, 1],
+        input: vec![2, 3, 4],
+    };
     assert_eq!(
-        *target.0.lock().unwrap(),
+        replay_gradient_sums(&plan, values),
+        vec![column.clone(), column]
+    );
+}
+
+/// The same sums launched together (one shape, independent results): one launch holding both
+/// column launches; offered to a target that declines it, each sum is offered on its own, and
+/// declined again, they run on the inner backend with eager Flex's values.
+#[test]
+fn column_sums_of_one_shape_lower_to_one_launch_and_fall_back_one_by_one() {
+    let ops = gradient_sums();
+    let plan = Arc::new(plan_with_horizontal_columns(&ops));
+    let executable = Executable::lower(&plan, &ops);
+    assert_stage_snapshot!(
+        "runtime",
+        "horizontal_column_sums",
+        executable.to_string(),
+        "gradient_sums() with column sums of one shape launched together"
+    );
+    assert_eq!(executable.launches.len(), 1);
+    let values: Vec<f32> = (0..24).map(|j| ((j * 3) % 5) as f32 - 2.0).collect();
+    let column = Offered::Column {
+        dims: [1, 6, 4, 1],
+        input: vec![2, 3, 4],
+    };
+    assert_eq!(
+        replay_gradient_sums(&plan, values),
         vec![
-            Offered::Column {
-                dims: [1, 6, 4, 1],
-                input: vec![2, 3, 4]
-            },
-            Offered::Column {
-                dims: [1, 6, 4, 1],
-                input: vec![2, 3, 4]
-            },
+            Offered::HorizontalColumns { members: 2 },
+            column.clone(),
+            column
         ]
     );
-    let x = Tensor::<Flex, 3>::from_data(TensorData::new(values, [2, 3, 4]), &FlexDevice);
-    let want = x.sum_dim(0).sum_dim(1);
-    let bias = burn_std::future::block_on(inner.read(&t(2, &[4], ReadWrite))).unwrap();
-    bias.assert_approx_eq::<f32>(&want.clone().reshape([4]).into_data(), Tolerance::default());
-    let gamma = burn_std::future::block_on(inner.read(&t(4, &[1, 1, 4], ReadWrite))).unwrap();
-    gamma.assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
 }

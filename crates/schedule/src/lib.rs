@@ -11,10 +11,10 @@ mod kernel;
 mod memory;
 
 pub use fusers::{
-    AttentionGroup, ColumnGroup, FusedGroup, Gemm, GemmOperand, HorizontalGroup,
-    MAX_HORIZONTAL_BUFFERS, MatmulGroup, MatmulKind, Residual, Slot, attention_groups,
-    batch_summed_gemm, column_groups, column_layout, fused_groups, gemm, matmul_groups,
-    scalar_operand, scale_alpha,
+    AttentionGroup, ColumnGroup, FusedGroup, Gemm, GemmOperand, HorizontalColumnGroup,
+    HorizontalGroup, MAX_HELD_BYTES, MAX_HORIZONTAL_BUFFERS, MatmulGroup, MatmulKind, Residual,
+    Slot, attention_groups, batch_summed_gemm, column_groups, column_layout, fused_groups, gemm,
+    matmul_groups, scalar_operand, scale_alpha,
 };
 pub use kernel::{BinaryOp, Constant, FusedKernel, Instr, ReduceOp, RowLayout, UnaryOp};
 pub use memory::{MemoryPlan, memory_plan};
@@ -51,6 +51,10 @@ pub enum Step {
     /// Column group `group` of [`Plan::column`]: one column-sum kernel in place of its sums (or
     /// the sums themselves where the target cannot take the call).
     Column { group: u32 },
+    /// Horizontal column group `group` of [`Plan::horizontal_columns`]: its members' column
+    /// sums (groups of [`Plan::column`] of one shape, over independent tensors) as one launch
+    /// (or one by one where the target cannot take it).
+    HorizontalColumns { group: u32 },
     /// Operation `op` repeats operation `of` (a common subexpression): its outputs share
     /// `of`'s results, then the inputs it consumed in place are freed (positions in
     /// `op.inputs()` order).
@@ -82,6 +86,10 @@ pub struct Plan {
     /// The column sums, referred to by [`Step::Column`].
     #[serde(default)]
     pub column: Vec<ColumnGroup>,
+    /// Column sums launched together, referred to by [`Step::HorizontalColumns`] (their
+    /// members have no [`Step::Column`] of their own).
+    #[serde(default)]
+    pub horizontal_columns: Vec<HorizontalColumnGroup>,
     /// Where the intermediates of generated kernels and library matmuls live.
     #[serde(default)]
     pub memory: MemoryPlan,
@@ -142,6 +150,16 @@ impl Plan {
         self.column.len()
     }
 
+    /// Number of horizontal column-sum kernels, and the column sums they launch together.
+    pub fn horizontal_column_kernels(&self) -> (usize, usize) {
+        let members = self
+            .horizontal_columns
+            .iter()
+            .map(|h| h.members.len())
+            .sum();
+        (self.horizontal_columns.len(), members)
+    }
+
     /// One line per generated kernel (its kind, iteration shape, what it fused), then one per
     /// library matmul, one per attention kernel and one per column sum.
     pub fn kernel_summaries(&self) -> Vec<String> {
@@ -152,6 +170,11 @@ impl Plan {
             .chain(self.matmul.iter().map(MatmulGroup::summary))
             .chain(self.attention.iter().map(AttentionGroup::summary))
             .chain(self.column.iter().map(ColumnGroup::summary))
+            .chain(
+                self.horizontal_columns
+                    .iter()
+                    .map(|h| h.summary(&self.column)),
+            )
             .collect()
     }
 }
@@ -186,6 +209,10 @@ pub struct ScheduleOptions<'a> {
     /// column-sum kernels, each kept only when the target accepts it. `None`: the inner
     /// backend's reductions. Not in symbolic plans.
     pub column: Option<&'a dyn Fn(&ColumnGroup) -> bool>,
+    /// Launch column sums of one shape over independent tensors (a layer's bias gradients) as
+    /// one kernel ([`HorizontalColumnGroup`]), with [`Self::horizontal`], where the target
+    /// takes such a group of sums like this one. `None`: each its own launch.
+    pub horizontal_columns: Option<&'a dyn Fn(&ColumnGroup) -> bool>,
     /// Place the intermediates of generated kernels and library matmuls in the slots of one
     /// buffer per replay, by liveness ([`memory_plan`]).
     pub memory_planning: bool,
@@ -257,6 +284,7 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         matmul: claims.matmul,
         attention: claims.attention,
         column: claims.column,
+        horizontal_columns: claims.horizontal_columns,
         memory: MemoryPlan::default(),
         symbolic: !options.symbolic_sizes.is_empty(),
     };

@@ -232,6 +232,15 @@ pub fn memory_plan(ops: &[OperationIr], plan: &Plan) -> MemoryPlan {
                     inner_op(&mut values, &ops[i as usize], k);
                 }
             }
+            Step::HorizontalColumns { group } => {
+                let members = &plan.horizontal_columns[*group as usize].members;
+                for i in members
+                    .iter()
+                    .flat_map(|&m| plan.column[m as usize].all_ops())
+                {
+                    inner_op(&mut values, &ops[i as usize], k);
+                }
+            }
         }
     }
 

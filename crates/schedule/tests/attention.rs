@@ -235,6 +235,7 @@ fn a_target_that_refuses_the_call_keeps_the_parts() {
             matmul: None,
             attention: Some(refuse),
             column: None,
+            horizontal_columns: None,
             memory_planning: true,
             symbolic_sizes: &[],
         },

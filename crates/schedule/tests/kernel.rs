@@ -222,6 +222,7 @@ fn plan_of(
         matmul: None,
         attention: None,
         column: None,
+        horizontal_columns: None,
         memory_planning: true,
         symbolic_sizes: &[],
     };
@@ -780,6 +781,7 @@ fn a_repeated_op_run_alone_shares_the_first_result() {
         matmul: None,
         attention: None,
         column: None,
+        horizontal_columns: None,
         memory_planning: true,
         symbolic_sizes: &[],
     };
@@ -814,6 +816,7 @@ fn plan_within(ops: &[OperationIr], max_kernel_buffers: usize) -> burn_compile_s
             matmul: None,
             attention: None,
             column: None,
+            horizontal_columns: None,
             memory_planning: true,
             symbolic_sizes: &[],
         },
@@ -1097,6 +1100,7 @@ fn symbolic_sizes_make_a_groups_dimensions_dynamic() {
         matmul: None,
         attention: None,
         column: None,
+        horizontal_columns: None,
         memory_planning: false,
         symbolic_sizes: symbolic,
     };

@@ -329,7 +329,8 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
             Lowering::Column(group) => {
                 matches!(group.dtype, DType::F32 | DType::F64) && T::DTYPES.contains(&group.dtype)
             }
-            Lowering::Matmul(_) | Lowering::Attention(_) => false,
+            // Host sums gain nothing from one call: each runs on its own.
+            Lowering::Matmul(_) | Lowering::Attention(_) | Lowering::HorizontalColumns(_) => false,
         }
     }
 
@@ -375,7 +376,8 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
             Work::Matmul { .. }
             | Work::Attention { .. }
             | Work::ReshapeCopy { .. }
-            | Work::Conv2d { .. } => Ok(None),
+            | Work::Conv2d { .. }
+            | Work::HorizontalColumns { .. } => Ok(None),
         }
     }
 

@@ -47,6 +47,9 @@ pub enum Lowering<'a> {
     Attention(&'a AttentionGroup),
     /// A chain of sums over leading dimensions as one column-sum kernel.
     Column(&'a ColumnGroup),
+    /// Column sums like this group's (its dimensions and dtype) over independent tensors as
+    /// one launch ([`Work::HorizontalColumns`]).
+    HorizontalColumns(&'a ColumnGroup),
 }
 
 /// One launch of a replay, over the inner backend's tensors.
@@ -99,6 +102,15 @@ pub enum Work<'a, T> {
         group: &'a ColumnGroup,
         input: &'a T,
         out_shape: &'a Shape,
+    },
+    /// The column sums of a horizontal column group as one launch: member `m` sums `inputs[m]`
+    /// as `groups[m]` says into a new contiguous tensor of `out_shapes[m]` (the outputs in
+    /// member order). `Ok(None)`: not taken (an input not contiguous, or no such kernel on
+    /// this target); the caller runs each member as its own [`Work::Column`].
+    HorizontalColumns {
+        groups: &'a [&'a ColumnGroup],
+        inputs: &'a [T],
+        out_shapes: &'a [&'a Shape],
     },
     /// One pass of a 2-D convolution as one library call (cuDNN on CUDA), into a new
     /// contiguous (NCHW) tensor of `out_shape` and the inputs' dtype. `inputs`, by pass:
@@ -457,8 +469,8 @@ mod cube {
     use burn_backend::ops::AttentionModuleOptions;
     use burn_backend::{DType, ElementConversion};
     use burn_compile_codegen::{
-        ColumnDims, LaunchLayout, launch_column_sum, launch_horizontal, launch_pointwise,
-        widest_aligned,
+        ColumnDims, LaunchLayout, launch_column_sum, launch_column_sums, launch_horizontal,
+        launch_pointwise, widest_aligned,
     };
     use burn_compile_schedule::{AttentionGroup, ColumnGroup, FusedKernel, Instr};
     use burn_cubecl::CubeRuntime;
@@ -1138,6 +1150,80 @@ mod cube {
             .map_err(|payload| crate::panic_message(&*payload))
         }
 
+        /// The column sums of `groups` over `inputs` as one kernel (`launch_column_sums`),
+        /// into new tensors of `out_shapes`; `None` when a sum is not a plain one over a
+        /// contiguous input of the first one's dimensions (the caller runs them one by one).
+        pub(super) fn column_sums(
+            &self,
+            groups: &[&ColumnGroup],
+            inputs: &[CubeTensor<R>],
+            out_shapes: &[&Shape],
+        ) -> Result<Option<Vec<CubeTensor<R>>>, String> {
+            let Some((first, input)) = groups.first().zip(inputs.first()) else {
+                return Ok(Some(Vec::new()));
+            };
+            let [outer, reduced, inner, trailing] = first.dims;
+            let dims = ColumnDims {
+                outer,
+                reduced,
+                inner,
+                trailing,
+                divisor: first.divisor,
+            };
+            let dtype = input.dtype;
+            let plain = groups
+                .iter()
+                .zip(inputs)
+                .zip(out_shapes)
+                .all(|((g, t), out)| {
+                    (g.dims, g.divisor, g.dtype) == (first.dims, first.divisor, dtype)
+                        && t.qparams.is_none()
+                        && t.dtype == dtype
+                        && out.num_elements() == dims.columns()
+                        && dims.for_strides(t.meta.shape(), t.meta.strides()) == Some(dims)
+                });
+            let [ux, uy] = dims.cube_dim();
+            if !plain
+                || dims.strided()
+                || !self.dtypes.contains(&dtype)
+                || ux * uy > input.client.properties().hardware.max_units_per_cube
+            {
+                return Ok(None);
+            }
+            let outputs: Vec<CubeTensor<R>> = out_shapes
+                .iter()
+                .map(|shape| {
+                    empty_device_contiguous_dtype(
+                        input.client.clone(),
+                        input.device.clone(),
+                        (*shape).clone(),
+                        dtype,
+                    )
+                })
+                .collect();
+            let from: Vec<_> = inputs.iter().map(|t| t.handle.clone()).collect();
+            let to: Vec<_> = outputs.iter().map(|t| t.handle.clone()).collect();
+            let client = &input.client;
+            // As `column_sum`: a compile failure is reported to the caller.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: every input holds `dims.elements()` contiguous elements (checked
+                // above) and every output was allocated with `dims.columns()`.
+                unsafe {
+                    match dtype {
+                        DType::F32 | DType::Flex32 => {
+                            launch_column_sums::<R, f32>(client, dims, from, to)
+                        }
+                        DType::F16 => launch_column_sums::<R, half::f16>(client, dims, from, to),
+                        DType::BF16 => launch_column_sums::<R, half::bf16>(client, dims, from, to),
+                        DType::F64 => launch_column_sums::<R, f64>(client, dims, from, to),
+                        other => panic!("the plan only keeps accepted column sums, not {other:?}"),
+                    }
+                }
+            }))
+            .map(|_| Some(outputs))
+            .map_err(|payload| crate::panic_message(&*payload))
+        }
+
         pub(super) fn accepts_attention(&self, group: &AttentionGroup) -> bool {
             self.dtypes.contains(&group.dtype)
         }
@@ -1226,6 +1312,9 @@ mod cube {
                 Lowering::Kernel(kernel) => self.accepts(kernel),
                 Lowering::Attention(group) => self.accepts_attention(group),
                 Lowering::Column(group) => self.dtypes.contains(&group.dtype),
+                Lowering::HorizontalColumns(group) => {
+                    self.dtypes.contains(&group.dtype) && group.dims[3] == 1
+                }
                 Lowering::Matmul(_) => false,
             }
         }
@@ -1270,6 +1359,11 @@ mod cube {
                 } => Ok(self
                     .column_sum(group, input, out_shape)?
                     .map(|out| vec![out])),
+                Work::HorizontalColumns {
+                    groups,
+                    inputs,
+                    out_shapes,
+                } => self.column_sums(groups, inputs, out_shapes),
                 // Library calls: CUDA's target takes them (cuBLASLt, cuDNN).
                 Work::Matmul { .. } | Work::Conv2d { .. } => Ok(None),
             }

@@ -87,7 +87,7 @@ impl ProgramKey {
 
 /// What a member of an open group does with a tensor.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Use {
+pub(crate) enum Use {
     Reads,
     Writes,
 }
@@ -141,12 +141,7 @@ fn find_groups(
     limit: usize,
     direction: Direction,
 ) -> Vec<Vec<usize>> {
-    let place = step_places(ops, claims);
-    // Operations by the place their step runs at.
-    let mut at_place: Vec<Vec<u32>> = vec![Vec::new(); ops.len()];
-    for (op, p) in place.iter().enumerate() {
-        at_place[*p].push(op as u32);
-    }
+    let at_place = ops_by_place(ops, claims);
     let member_of = {
         let mut member_of = vec![None; ops.len()];
         for (g, group) in claims.fused.iter().enumerate() {
@@ -284,15 +279,28 @@ fn movable(
     open: &Open,
     to: usize,
 ) -> bool {
-    for ops_here in &at_place[open.at + 1..=to] {
+    let is_member = |op: u32| member_of[op as usize].is_some_and(|g| open.members.contains(&g));
+    moves_past(ops, &at_place[open.at + 1..=to], &is_member, &open.tensors)
+}
+
+/// Whether work that reads and writes `tensors` may run after the operations of `places`
+/// (those of its own members, `is_member`, aside): none of them reads what it writes or frees
+/// (consumes, drops) what it reads.
+pub(crate) fn moves_past(
+    ops: &[OperationIr],
+    places: &[Vec<u32>],
+    is_member: &dyn Fn(u32) -> bool,
+    tensors: &FxHashMap<u64, (usize, Use)>,
+) -> bool {
+    for ops_here in places {
         for &op in ops_here {
-            if member_of[op as usize].is_some_and(|g| open.members.contains(&g)) {
+            if is_member(op) {
                 continue;
             }
             let op = &ops[op as usize];
             let frees_all = matches!(op, OperationIr::Drop(_));
             for t in op.inputs() {
-                match open.tensors.get(&t.id.value()) {
+                match tensors.get(&t.id.value()) {
                     Some((_, Use::Writes)) => return false,
                     Some((_, Use::Reads)) if frees_all || t.status == TensorStatus::ReadWrite => {
                         return false;
@@ -354,6 +362,15 @@ fn hoistable(
     true
 }
 
+/// The operations by the place (position in program order) their step runs at.
+pub(crate) fn ops_by_place(ops: &[OperationIr], claims: &Claims) -> Vec<Vec<u32>> {
+    let mut at_place: Vec<Vec<u32>> = vec![Vec::new(); ops.len()];
+    for (op, p) in step_places(ops, claims).iter().enumerate() {
+        at_place[*p].push(op as u32);
+    }
+    at_place
+}
+
 /// The place (position in program order) where each operation runs in the plan: a claimed
 /// operation at its group's step, any other at its own position.
 fn step_places(ops: &[OperationIr], claims: &Claims) -> Vec<usize> {
@@ -373,6 +390,11 @@ fn step_places(ops: &[OperationIr], claims: &Claims) -> Vec<usize> {
                 Step::Matmul { group } => claims.matmul[*group as usize].ops().collect(),
                 Step::Attention { group } => claims.attention[*group as usize].ops().collect(),
                 Step::Column { group } => claims.column[*group as usize].all_ops().collect(),
+                Step::HorizontalColumns { group } => claims.horizontal_columns[*group as usize]
+                    .members
+                    .iter()
+                    .flat_map(|&m| claims.column[m as usize].all_ops())
+                    .collect(),
                 Step::Eager { op } | Step::Activation { op, .. } => vec![*op],
                 Step::Release { op, .. } | Step::Alias { op, .. } => vec![*op],
                 Step::Horizontal { group } => claims.horizontal[*group as usize]

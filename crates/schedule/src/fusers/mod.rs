@@ -6,12 +6,14 @@
 mod attention;
 mod column;
 mod horizontal;
+mod horizontal_columns;
 mod kernel;
 mod matmul;
 
 pub use attention::{AttentionGroup, attention_groups};
 pub use column::{ColumnGroup, column_groups, column_layout};
 pub use horizontal::{HorizontalGroup, MAX_HORIZONTAL_BUFFERS};
+pub use horizontal_columns::{HorizontalColumnGroup, MAX_HELD_BYTES};
 pub use kernel::{FusedGroup, Slot, fused_groups, scalar_operand};
 pub use matmul::{
     Gemm, GemmOperand, MatmulGroup, MatmulKind, Residual, batch_summed_gemm, gemm, matmul_groups,
@@ -35,6 +37,7 @@ pub(crate) struct Claims {
     pub matmul: Vec<MatmulGroup>,
     pub fused: Vec<FusedGroup>,
     pub horizontal: Vec<HorizontalGroup>,
+    pub horizontal_columns: Vec<HorizontalColumnGroup>,
 }
 
 impl Claims {
@@ -49,6 +52,7 @@ impl Claims {
             matmul: Vec::new(),
             fused: Vec::new(),
             horizontal: Vec::new(),
+            horizontal_columns: Vec::new(),
         }
     }
 }
@@ -64,11 +68,13 @@ pub(crate) trait Fuser: Sync {
 /// The fusers, in the order they are tried: attention first (its products and softmax are not
 /// the other kinds'), library matmuls next (the operations of an epilogue are not a generated
 /// kernel's), column sums next (a bias gradient is the matmuls' only where they fuse it),
-/// generated kernels next, and last the horizontal groups of generated kernels.
+/// generated kernels next, then the horizontal groups of generated kernels, and last those of
+/// column sums (which move past the others' steps, so see them placed).
 pub(crate) static FUSERS: &[&dyn Fuser] = &[
     &attention::AttentionFuser,
     &matmul::MatmulFuser,
     &column::ColumnFuser,
     &kernel::KernelFuser,
     &horizontal::HorizontalFuser,
+    &horizontal_columns::HorizontalColumnFuser,
 ];

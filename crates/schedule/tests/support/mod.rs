@@ -217,6 +217,12 @@ pub fn plan_with_columns(ops: &[OperationIr]) -> Plan {
     plan_of(ops, false, false, false, usize::MAX, true)
 }
 
+/// [`plan`] with column sums, those of one shape launched together (the target accepting
+/// every one and every group).
+pub fn plan_with_horizontal_columns(ops: &[OperationIr]) -> Plan {
+    plan_of(ops, false, false, true, usize::MAX, true)
+}
+
 /// [`plan`] with library matmuls and column sums (each kind accepted).
 pub fn plan_with_matmul_and_columns(ops: &[OperationIr]) -> Plan {
     plan_of(ops, true, false, false, usize::MAX, true)
@@ -259,6 +265,7 @@ fn plan_of(
             matmul: matmul.then_some(&every::<MatmulGroup>),
             attention: attention.then_some(&every::<AttentionGroup>),
             column: column.then_some(&every::<ColumnGroup>),
+            horizontal_columns: (column && horizontal).then_some(&every::<ColumnGroup>),
             memory_planning: true,
             symbolic_sizes: &[],
         },
