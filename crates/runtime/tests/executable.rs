@@ -350,8 +350,7 @@ fn replay_gradient_sums(plan: &Arc<burn_compile_schedule::Plan>, values: Vec<f32
     bias.assert_approx_eq::<f32>(&want.clone().reshape([4]).into_data(), Tolerance::default());
     let gamma = burn_std::future::block_on(inner.read(&t(4, &[1, 1, 4], ReadWrite))).unwrap();
     gamma.assert_approx_eq::<f32>(&want.into_data(), Tolerance::default());
-    let offered = target.0.lock().unwrap().clone();
-    offered
+    target.0.lock().unwrap().clone()
 }
 
 /// Column sums lower to one launch each binding the first sum's input and the last sum's
