@@ -45,6 +45,9 @@ pub struct Metrics {
     /// Column-sum steps that ran as one column-sum kernel (the others ran their sums: an input
     /// that was not contiguous, or a target without the kernel).
     pub column_kernels: u64,
+    /// Column sums of one shape that ran together as one kernel (`horizontal_fusion`): the
+    /// launches (their sums are counted in `column_kernels`).
+    pub horizontal_column_kernels: u64,
     /// Generated kernel launches that loaded and stored vectors (`CompileConfig::vectorize`;
     /// the others ran scalar code: a layout or alignment that allowed none, or vectorize off).
     pub vectorized_kernels: u64,
@@ -125,6 +128,8 @@ impl Metrics {
             library_convs: self.library_convs - earlier.library_convs,
             attention_kernels: self.attention_kernels - earlier.attention_kernels,
             column_kernels: self.column_kernels - earlier.column_kernels,
+            horizontal_column_kernels: self.horizontal_column_kernels
+                - earlier.horizontal_column_kernels,
             vectorized_kernels: self.vectorized_kernels - earlier.vectorized_kernels,
             kernel_builds: self.kernel_builds - earlier.kernel_builds,
             kernel_build_time: self
@@ -185,6 +190,7 @@ pub fn metrics() -> Metrics {
         library_convs: r.library_convs.load(Relaxed),
         attention_kernels: r.attention_kernels.load(Relaxed),
         column_kernels: r.column_kernels.load(Relaxed),
+        horizontal_column_kernels: r.horizontal_column_kernels.load(Relaxed),
         vectorized_kernels: r.vectorized_kernels.load(Relaxed),
         kernel_builds: r.kernel_builds.load(Relaxed),
         kernel_build_time: Duration::from_nanos(r.kernel_build_nanos.load(Relaxed)),

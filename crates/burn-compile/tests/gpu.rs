@@ -1100,11 +1100,15 @@ fn gpu_a_transformer_layers_gradient_sums_launch_together_and_match_eager() {
         "sums launched together: {report}"
     );
     let ran = burn_compile::metrics().since(&before);
-    assert_eq!(
-        ran.column_kernels as usize, columns,
+    // Other tests' sums may run meanwhile: at least this graph's.
+    assert!(
+        ran.column_kernels as usize >= columns,
         "each sum ran as a kernel: {report}"
     );
-    assert_eq!(ran.kernel_fallbacks, 0, "{report}");
+    assert!(
+        ran.horizontal_column_kernels >= 2,
+        "they ran together, not one by one: {ran:?}"
+    );
     let want = grads(&eager, &x);
     assert_eq!(got.len(), want.len());
     // Through attention's softmax and two layer norms' backward passes, each sum added in its

@@ -21,6 +21,8 @@ pub struct Counters {
     pub attention_kernels: AtomicU64,
     /// Column-sum steps run as one column-sum kernel.
     pub column_kernels: AtomicU64,
+    /// Horizontal column groups run as one kernel (their sums counted in `column_kernels`).
+    pub horizontal_column_kernels: AtomicU64,
     /// Generated kernel launches that loaded and stored vectors.
     pub vectorized_kernels: AtomicU64,
     /// Units of generated kernels built at the end of a replay, and the time they took.
@@ -56,6 +58,7 @@ pub static COUNTERS: Counters = Counters {
     library_convs: AtomicU64::new(0),
     attention_kernels: AtomicU64::new(0),
     column_kernels: AtomicU64::new(0),
+    horizontal_column_kernels: AtomicU64::new(0),
     vectorized_kernels: AtomicU64::new(0),
     kernel_builds: AtomicU64::new(0),
     kernel_build_nanos: AtomicU64::new(0),

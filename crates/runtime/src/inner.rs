@@ -765,6 +765,7 @@ impl<B: BackendIr> InnerDevice<B> {
                     for _ in groups {
                         crate::counters::count(&counters.column_kernels);
                     }
+                    crate::counters::count(&counters.horizontal_column_kernels);
                     crate::counters::count(&counters.kernels_launched);
                     return;
                 }
