@@ -1112,8 +1112,14 @@ fn gpu_a_transformer_layers_gradient_sums_launch_together_and_match_eager() {
     let want = grads(&eager, &x);
     assert_eq!(got.len(), want.len());
     // Through attention's softmax and two layer norms' backward passes, each sum added in its
-    // own order: as the layer norm test's tolerance.
-    let tol = Tolerance::relative(1e-3).set_absolute(1e-5);
+    // own order: as the layer norm test's tolerance on wgpu. On CUDA the products run on TF32
+    // tensor cores on both sides, in other orders (`tol()`): an H100 gave a β gradient
+    // 1.3e-3 relative off eager's (2026-12-07).
+    let tol = if cfg!(feature = "cuda") {
+        tol()
+    } else {
+        Tolerance::relative(1e-3).set_absolute(1e-5)
+    };
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         println!("checking gradient {i} {:?}", g.shape);
         g.assert_approx_eq::<f32>(w, tol);
