@@ -750,47 +750,27 @@ impl<B: BackendIr> InnerDevice<B> {
     /// The column sums `groups` (of one shape, over independent tensors) as one launch where
     /// the target takes them, else each as [`Self::column`] runs it.
     pub fn horizontal_columns(&self, ops: &[OperationIr], groups: &[&ColumnGroup]) {
-        let members = || -> Vec<ColumnGroup> { groups.iter().map(|g| (*g).clone()).collect() };
-        let known_bad = {
-            let failed = self
-                .failed_horizontal_columns
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            !failed.is_empty() && failed.contains(&members())
-        };
-        if !known_bad {
-            match self.try_horizontal_columns(ops, groups) {
-                Ok(true) => {
-                    let counters = &crate::counters::COUNTERS;
-                    for _ in groups {
-                        crate::counters::count(&counters.column_kernels);
-                    }
-                    crate::counters::count(&counters.horizontal_column_kernels);
-                    crate::counters::count(&counters.kernels_launched);
-                    return;
-                }
-                Ok(false) => {}
-                Err(error) => {
-                    let strict = self.strict.load(Ordering::Relaxed);
-                    let summary = format!(
-                        "{} column sums launched together, the first {}",
-                        groups.len(),
-                        groups[0].summary()
-                    );
-                    let message =
-                        failure("a horizontal column-sum kernel", &error, strict, &summary)
-                            .replace(
-                                "running its ops on the inner backend instead",
-                                "launching its sums one by one instead",
-                            );
-                    tracing::warn!(target: "burn_compile::output_code", "{message}");
-                    self.failed_horizontal_columns
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(members());
-                    crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
-                }
+        let ran = self.launched_together(
+            &self.failed_horizontal_columns,
+            || groups.iter().map(|g| (*g).clone()).collect(),
+            "a horizontal column-sum kernel",
+            "launching its sums one by one instead",
+            || {
+                format!(
+                    "{} column sums launched together, the first {}",
+                    groups.len(),
+                    groups[0].summary()
+                )
+            },
+            || self.try_horizontal_columns(ops, groups),
+        );
+        if ran {
+            let counters = &crate::counters::COUNTERS;
+            for _ in groups {
+                crate::counters::count(&counters.column_kernels);
             }
+            crate::counters::count(&counters.horizontal_column_kernels);
+            return;
         }
         for group in groups {
             self.column(ops, group);
@@ -906,44 +886,67 @@ impl<B: BackendIr> InnerDevice<B> {
     /// horizontal kernel, a member whose kernel is not built yet, or after a failed launch:
     /// warned once per group of kernels; an error when strict).
     pub fn horizontal(&self, ops: &[OperationIr], members: &[Member<'_, B::FloatTensorPrimitive>]) {
-        let kernels =
-            || -> Vec<FusedKernel> { members.iter().map(|m| m.group.kernel.clone()).collect() };
-        let known_bad = {
-            let failed = self
-                .failed_horizontal
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            !failed.is_empty() && failed.contains(&kernels())
-        };
-        if !known_bad {
-            match self.horizontal_kernel(ops, members) {
-                Ok(true) => {
-                    crate::counters::count(&crate::counters::COUNTERS.kernels_launched);
-                    return;
-                }
-                Ok(false) => {}
-                Err(error) => {
-                    let strict = self.strict.load(Ordering::Relaxed);
-                    let summary = format!(
-                        "{} kernels launched together, the first {}",
-                        members.len(),
-                        members[0].group.summary()
-                    );
-                    let message = failure("a horizontal kernel", &error, strict, &summary).replace(
-                        "running its ops on the inner backend instead",
-                        "launching its kernels one by one instead",
-                    );
-                    tracing::warn!(target: "burn_compile::output_code", "{message}");
-                    self.failed_horizontal
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(kernels());
-                    crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
-                }
-            }
+        let ran = self.launched_together(
+            &self.failed_horizontal,
+            || members.iter().map(|m| m.group.kernel.clone()).collect(),
+            "a horizontal kernel",
+            "launching its kernels one by one instead",
+            || {
+                format!(
+                    "{} kernels launched together, the first {}",
+                    members.len(),
+                    members[0].group.summary()
+                )
+            },
+            || self.horizontal_kernel(ops, members),
+        );
+        if ran {
+            return;
         }
         for m in members {
             self.fused(ops, m.group, &m.into, m.scalars);
+        }
+    }
+
+    /// The one launch of a group of members (`launch`), unless it failed before on this device
+    /// (`failed` holds the groups, by `key`): `true` when it ran (counted as one launch). A
+    /// failure is warned about once, with `instead` for what runs in its place (an error in
+    /// strict mode), remembered and counted; on `false` the caller runs the members one by one.
+    #[allow(clippy::too_many_arguments)]
+    fn launched_together<K: std::hash::Hash + Eq>(
+        &self,
+        failed: &Mutex<FxHashSet<K>>,
+        key: impl Fn() -> K,
+        what: &str,
+        instead: &str,
+        summary: impl FnOnce() -> String,
+        launch: impl FnOnce() -> Result<bool, String>,
+    ) -> bool {
+        let known_bad = {
+            let failed = failed.lock().unwrap_or_else(|e| e.into_inner());
+            !failed.is_empty() && failed.contains(&key())
+        };
+        if known_bad {
+            return false;
+        }
+        match launch() {
+            Ok(true) => {
+                crate::counters::count(&crate::counters::COUNTERS.kernels_launched);
+                true
+            }
+            Ok(false) => false,
+            Err(error) => {
+                let strict = self.strict.load(Ordering::Relaxed);
+                let message = failure(what, &error, strict, &summary())
+                    .replace("running its ops on the inner backend instead", instead);
+                tracing::warn!(target: "burn_compile::output_code", "{message}");
+                failed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key());
+                crate::counters::count(&crate::counters::COUNTERS.kernel_fallbacks);
+                false
+            }
         }
     }
 
