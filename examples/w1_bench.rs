@@ -333,6 +333,14 @@ fn print_train_plan(system: &str, dtype: &str, report: &burn_compile::Explanatio
         report.library_matmuls,
         report.attention_kernels,
     );
+    let m = burn_compile::metrics();
+    if m.tuned_matmuls > 0 {
+        eprintln!(
+            "{system} {dtype}: library matmul shapes timed so far in this process {}, {} of them \
+             faster on another algorithm than the library's first choice",
+            m.tuned_matmuls, m.tuned_matmuls_changed
+        );
+    }
 }
 
 /// The optimizer of a compiled training step: Burn's Adam with its step count on the device.

@@ -69,6 +69,16 @@ pub struct CompileConfig {
     /// result (`BURN_COMPILE_PAD_MATMUL_DIMS`); not for a batched call, one with a bias or a
     /// fused residual. On by default (W2's figures with and without it are in BENCHMARKS.md).
     pub pad_matmul_dims: bool,
+    /// Time the algorithms cuBLASLt's heuristic offers for a library matmul (up to eight) the
+    /// first time each call shape is prepared, on scratch operands of its shape on a stream of
+    /// their own, and keep the fastest, instead of the heuristic's first
+    /// (`BURN_COMPILE_TUNE_MATMULS`); the choice is kept in the disk cache (per GPU and
+    /// cuBLASLt version) for the next process. A shape first met while a graph is being
+    /// recorded keeps the heuristic's choice. The choice may differ between machines, and with
+    /// it the last bits of a product (another tiling or split of `k`). Off by default: on W1
+    /// the timed choices were no faster inside the training step than the heuristic's
+    /// (BENCHMARKS.md).
+    pub tune_matmuls: bool,
     /// Run attention written from parts (`softmax(q @ kᵀ / √d) @ v`, as Burn's
     /// `MultiHeadAttention` computes it without mask or dropout) as one flash-attention kernel
     /// (cubek's) where the inner backend is a CubeCL backend; a mask, dropout, another scale or
@@ -270,6 +280,7 @@ impl Default for CompileConfig {
             bias_gradient_epilogue: false,
             cudnn: true,
             pad_matmul_dims: true,
+            tune_matmuls: false,
             attention: true,
             attention_f32: false,
             memory_planning: true,
@@ -413,6 +424,9 @@ impl CompileConfig {
         if let Some((k, v)) = get("BURN_COMPILE_PAD_MATMUL_DIMS") {
             self.pad_matmul_dims = parse_bool(&k, &v)?;
         }
+        if let Some((k, v)) = get("BURN_COMPILE_TUNE_MATMULS") {
+            self.tune_matmuls = parse_bool(&k, &v)?;
+        }
         if let Some((k, v)) = get("BURN_COMPILE_ATTENTION") {
             self.attention = parse_bool(&k, &v)?;
         }
@@ -541,6 +555,7 @@ impl CompileConfig {
             alternate_recordings: self.recording_copies == RecordingCopies::Alternate,
             cudnn: self.cudnn,
             pad_matmul_dims: self.pad_matmul_dims,
+            tune_matmuls: self.tune_matmuls,
             c_compiler: self.c_compiler.clone(),
             c_flags: self.c_flags.clone(),
             cache_dir: self.kernel_cache_dir(),
@@ -668,6 +683,7 @@ mod tests {
                 ("BURN_COMPILE_RECOMPILE_LIMIT", "0"),
                 ("BURN_COMPILE_CUDNN", "0"),
                 ("BURN_COMPILE_PAD_MATMUL_DIMS", "off"),
+                ("BURN_COMPILE_TUNE_MATMULS", "1"),
                 ("BURN_COMPILE_BIAS_GRADIENT_EPILOGUE", "true"),
             ]))
             .unwrap();
@@ -695,6 +711,8 @@ mod tests {
         assert!(CompileConfig::default().cudnn);
         assert!(!config.pad_matmul_dims && !config.runtime().pad_matmul_dims);
         assert!(CompileConfig::default().pad_matmul_dims);
+        assert!(config.tune_matmuls && config.runtime().tune_matmuls);
+        assert!(!CompileConfig::default().tune_matmuls);
         assert!(config.bias_gradient_epilogue);
         assert!(!CompileConfig::default().bias_gradient_epilogue);
         assert_eq!(

@@ -40,6 +40,11 @@ pub struct Metrics {
     /// 2-D convolution passes (forward, input or weight gradient) that ran as one cuDNN call
     /// ([`crate::CompileConfig::cudnn`]; the others ran on the inner backend).
     pub library_convs: u64,
+    /// Library matmul call shapes (CUDA's cuBLASLt) whose candidate algorithms were timed
+    /// ([`crate::CompileConfig::tune_matmuls`]), and those of them where the fastest was not
+    /// the library's first choice.
+    pub tuned_matmuls: u64,
+    pub tuned_matmuls_changed: u64,
     /// Attention steps that ran as one attention kernel (the others ran their parts).
     pub attention_kernels: u64,
     /// Column-sum steps that ran as one column-sum kernel (the others ran their sums: an input
@@ -126,6 +131,8 @@ impl Metrics {
             eager_ops: self.eager_ops - earlier.eager_ops,
             kernel_fallbacks: self.kernel_fallbacks - earlier.kernel_fallbacks,
             library_convs: self.library_convs - earlier.library_convs,
+            tuned_matmuls: self.tuned_matmuls - earlier.tuned_matmuls,
+            tuned_matmuls_changed: self.tuned_matmuls_changed - earlier.tuned_matmuls_changed,
             attention_kernels: self.attention_kernels - earlier.attention_kernels,
             column_kernels: self.column_kernels - earlier.column_kernels,
             horizontal_column_kernels: self.horizontal_column_kernels
@@ -188,6 +195,8 @@ pub fn metrics() -> Metrics {
         eager_ops: c.eager_ops.load(Relaxed),
         kernel_fallbacks: r.kernel_fallbacks.load(Relaxed),
         library_convs: r.library_convs.load(Relaxed),
+        tuned_matmuls: r.tuned_matmuls.load(Relaxed),
+        tuned_matmuls_changed: r.tuned_matmuls_changed.load(Relaxed),
         attention_kernels: r.attention_kernels.load(Relaxed),
         column_kernels: r.column_kernels.load(Relaxed),
         horizontal_column_kernels: r.horizontal_column_kernels.load(Relaxed),

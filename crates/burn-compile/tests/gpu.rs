@@ -846,12 +846,7 @@ fn gpu_gradients_through_fused_residual_epilogues_match_eager() {
         let y = feed_forward(x.clone(), &w, &b);
         let loss = (y.clone() * y).sum();
         let g = loss.backward();
-        vec![
-            x.grad(&g).unwrap().into_data(),
-            w[0].grad(&g).unwrap().into_data(),
-            w[1].grad(&g).unwrap().into_data(),
-            b[0].grad(&g).unwrap().into_data(),
-        ]
+        ff_gradients(&(x, w, b), &g)
     }
     let d = ff_data();
     let (got, report) = explain(|| grads::<Autodiff<C>>(&d));
@@ -875,6 +870,199 @@ fn gpu_gradients_through_fused_residual_epilogues_match_eager() {
     for (g, w) in got.iter().zip(&want) {
         g.assert_approx_eq::<f32>(w, tol);
     }
+}
+
+/// A feed-forward block's leaves from `d` (x, both weights, both biases), each requiring its
+/// gradient.
+type FfLeaves<B> = (Tensor<B, 3>, [Tensor<B, 2>; 2], [Tensor<B, 1>; 2]);
+
+fn ff_leaves<B: burn::tensor::backend::AutodiffBackend>(d: &[TensorData]) -> FfLeaves<B> {
+    let device = Default::default();
+    let t = |d: &TensorData| Tensor::<B, 2>::from_data(d.clone(), &device).require_grad();
+    let v = |d: &TensorData| Tensor::<B, 1>::from_data(d.clone(), &device).require_grad();
+    let x = Tensor::<B, 3>::from_data(d[0].clone(), &device).require_grad();
+    (x, [t(&d[1]), t(&d[2])], [v(&d[3]), v(&d[4])])
+}
+
+/// The gradients of x, both weights and the first bias.
+fn ff_gradients<B: burn::tensor::backend::AutodiffBackend>(
+    (x, w, b): &FfLeaves<B>,
+    g: &B::Gradients,
+) -> Vec<TensorData> {
+    vec![
+        x.grad(g).unwrap().into_data(),
+        w[0].grad(g).unwrap().into_data(),
+        w[1].grad(g).unwrap().into_data(),
+        b[0].grad(g).unwrap().into_data(),
+    ]
+}
+
+/// Library matmuls whose algorithm was timed among cuBLASLt's candidates (`tune_matmuls`) and
+/// ones that kept the heuristic's first choice (the default): a feed-forward block's gradients
+/// and a scaled batched product (forward, `dx`, `dW` with its batch folded into `k`, bias
+/// gradients, a batched `q @ kᵀ`), each equal to eager's. The shapes are this test's own, so
+/// each call shape is prepared here: with tuning on CUDA times them (counted in
+/// `tuned_matmuls`).
+#[test]
+fn gpu_products_on_timed_or_first_choice_algorithms_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(d: &[TensorData; 6]) -> Vec<TensorData> {
+        let (x, w, b) = ff_leaves::<B>(d);
+        let q = Tensor::<B, 4>::from_data(d[5].clone(), &Default::default()).require_grad();
+        let y = feed_forward(x.clone(), &w, &b);
+        let scores = q.clone().matmul(q.clone().swap_dims(2, 3)) / 8.0;
+        let loss = (y.clone() * y).sum() + (scores.clone() * scores).sum();
+        let g = loss.backward();
+        let mut grads = ff_gradients(&(x, w, b), &g);
+        grads.push(q.grad(&g).unwrap().into_data());
+        grads
+    }
+    let data = |rows: usize, seed: u64| {
+        [
+            support::float_data(&[3, rows, 48], seed, -1.0, 1.0),
+            support::float_data(&[48, 72], seed + 1, -0.3, 0.3),
+            support::float_data(&[72, 48], seed + 2, -0.3, 0.3),
+            support::float_data(&[72], seed + 3, -0.5, 0.5),
+            support::float_data(&[48], seed + 4, -0.5, 0.5),
+            support::float_data(&[3, 4, rows, 16], seed + 5, -1.0, 1.0),
+        ]
+    };
+    // As `gpu_gradients_through_fused_residual_epilogues_match_eager`: TF32 products in other
+    // orders (and, timed, maybe another split of k) differ by ~k · 2^-11 where values cancel.
+    let tol = if cfg!(feature = "cuda") {
+        tol().set_absolute(1e-2)
+    } else {
+        tol()
+    };
+    let _config = default_config_lock();
+    let device = burn::tensor::Device::<Eager>::default();
+    // Other row counts per case: every call shape is new to the process.
+    for (tune, rows, seed) in [(true, 40, 1701), (false, 56, 1711)] {
+        configure(
+            &device,
+            CompileConfig {
+                tune_matmuls: tune,
+                ..suite_config()
+            },
+        );
+        let d = data(rows, seed);
+        let before = burn_compile::metrics();
+        let got = grads::<Autodiff<C>>(&d);
+        let tuned = burn_compile::metrics().since(&before).tuned_matmuls;
+        if cfg!(feature = "cuda") && tune {
+            // Forward, dx, dW of two linears and the batched products: several new shapes.
+            assert!(tuned >= 3, "{tuned} call shapes timed");
+        }
+        if !cfg!(feature = "cuda") {
+            assert_eq!(tuned, 0, "only CUDA's library matmuls are timed");
+        }
+        // Replayed: the prepared calls (timed or not) give the same values.
+        let again = grads::<Autodiff<C>>(&d);
+        let want = grads::<Autodiff<Eager>>(&d);
+        for (i, ((g, a), w)) in got.iter().zip(&again).zip(&want).enumerate() {
+            println!("tune {tune}: checking gradient {i}");
+            g.assert_approx_eq::<f32>(w, tol);
+            a.assert_eq(g, true);
+        }
+    }
+    configure(&device, suite_config());
+}
+
+/// The child of `gpu_timed_matmul_algorithms_are_kept_on_disk_for_the_next_process`: a
+/// feed-forward block's gradients with timed algorithms and the disk cache in
+/// `BC_TEST_MATMUL_CACHE_DIR`, against eager; prints its metrics.
+#[cfg(feature = "cuda")]
+#[test]
+fn child_times_or_finds_matmul_algorithms() {
+    let Ok(dir) = std::env::var("BC_TEST_MATMUL_CACHE_DIR") else {
+        return; // Only as a child of the test below.
+    };
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(d: &[TensorData; 5]) -> Vec<TensorData> {
+        let (x, w, b) = ff_leaves::<B>(d);
+        let y = feed_forward(x.clone(), &w, &b);
+        let g = (y.clone() * y).sum().backward();
+        ff_gradients(&(x, w, b), &g)
+    }
+    let d = [
+        support::float_data(&[2, 88, 48], 1721, -1.0, 1.0),
+        support::float_data(&[48, 72], 1722, -0.3, 0.3),
+        support::float_data(&[72, 48], 1723, -0.3, 0.3),
+        support::float_data(&[72], 1724, -0.5, 0.5),
+        support::float_data(&[48], 1725, -0.5, 0.5),
+    ];
+    let device = burn::tensor::Device::<Eager>::default();
+    configure(
+        &device,
+        CompileConfig {
+            tune_matmuls: true,
+            disk_cache: true,
+            cache_dir: Some(dir.into()),
+            ..suite_config()
+        },
+    );
+    let before = burn_compile::metrics();
+    let got = grads::<Autodiff<C>>(&d);
+    let m = burn_compile::metrics().since(&before);
+    let want = grads::<Autodiff<Eager>>(&d);
+    for (g, w) in got.iter().zip(&want) {
+        g.assert_approx_eq::<f32>(w, tol().set_absolute(1e-2));
+    }
+    println!(
+        "METRICS {} {} {}",
+        m.tuned_matmuls, m.disk_cache_hits, m.disk_cache_writes
+    );
+}
+
+/// A timed algorithm is kept in the disk cache (per GPU and cuBLASLt version): a first process
+/// times the call shapes of a feed-forward block's gradients and writes their choices, a second
+/// one on the same directory finds every one of them there and times none (no write); both
+/// match eager.
+#[cfg(feature = "cuda")]
+#[test]
+fn gpu_timed_matmul_algorithms_are_kept_on_disk_for_the_next_process() {
+    let dir = std::env::temp_dir().join(format!("bc-matmul-algorithms-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let child = || {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_times_or_finds_matmul_algorithms",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("BC_TEST_MATMUL_CACHE_DIR", &dir)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "the child failed:\n{stdout}\n{stderr}"
+        );
+        let line = stdout
+            .lines()
+            .find_map(|l| l.split_once("METRICS ").map(|(_, m)| m.to_string()))
+            .unwrap_or_else(|| panic!("no metrics:\n{stdout}\n{stderr}"));
+        let m: Vec<u64> = line.split(' ').map(|v| v.parse().unwrap()).collect();
+        (m[0], m[1], m[2])
+    };
+    let (tuned, hits, writes) = child();
+    // Forward (two linears), dx and dW of each: at least three shapes with several candidates.
+    assert!(tuned >= 3, "{tuned} shapes timed");
+    assert_eq!(
+        (hits, writes),
+        (0, tuned),
+        "the first process writes each choice"
+    );
+    let again = child();
+    assert_eq!(
+        again,
+        (tuned, tuned, 0),
+        "the second process finds each on disk"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A head tied to an embedding (`h @ Eᵀ`, GPT-2's): autodiff computes E's gradient per batch

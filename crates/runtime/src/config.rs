@@ -33,6 +33,10 @@ pub struct RuntimeConfig {
     /// A library matmul with a dimension that is not a multiple of the vector runs on
     /// zero-padded copies of its operands (`Gemm::padded`), where the target has one (CUDA).
     pub pad_matmul_dims: bool,
+    /// A library matmul's algorithm is the fastest of those its library offers, timed once per
+    /// call shape outside recordings (else the library's first choice), where the target has
+    /// one (CUDA).
+    pub tune_matmuls: bool,
     /// The CPU target's C compiler (else the first of `cc`, `gcc`, `clang` found).
     pub c_compiler: Option<String>,
     /// Flags for that compiler (else the target's own).
@@ -58,6 +62,7 @@ impl Default for RuntimeConfig {
             alternate_recordings: false,
             cudnn: true,
             pad_matmul_dims: true,
+            tune_matmuls: false,
             c_compiler: None,
             c_flags: None,
             cache_dir: default_cache_dir(),

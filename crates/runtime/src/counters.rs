@@ -17,6 +17,10 @@ pub struct Counters {
     /// 2-D convolution passes (forward, input or weight gradient) run as one library call
     /// (cuDNN); the others ran on the inner backend.
     pub library_convs: AtomicU64,
+    /// Library matmul call shapes whose algorithms were timed (`RuntimeConfig::tune_matmuls`),
+    /// and those of them whose fastest was not the library's first choice.
+    pub tuned_matmuls: AtomicU64,
+    pub tuned_matmuls_changed: AtomicU64,
     /// Attention steps run as one attention kernel.
     pub attention_kernels: AtomicU64,
     /// Column-sum steps run as one column-sum kernel.
@@ -56,6 +60,8 @@ pub static COUNTERS: Counters = Counters {
     kernels_launched: AtomicU64::new(0),
     kernel_fallbacks: AtomicU64::new(0),
     library_convs: AtomicU64::new(0),
+    tuned_matmuls: AtomicU64::new(0),
+    tuned_matmuls_changed: AtomicU64::new(0),
     attention_kernels: AtomicU64::new(0),
     column_kernels: AtomicU64::new(0),
     horizontal_column_kernels: AtomicU64::new(0),

@@ -13,6 +13,7 @@
 //! allocation is; a tensor viewed at another offset runs on the inner backend).
 
 use super::MatmulEpilogue;
+use crate::disk::DiskCache;
 use burn_backend::DType;
 use burn_compile_schedule::{Gemm, GemmOperand, MatmulGroup};
 use burn_cubecl::cubecl::cuda::CudaRuntime;
@@ -90,6 +91,17 @@ impl Drop for Call {
     }
 }
 
+/// How [`CuBlasLt::matmul`] runs a call (`RuntimeConfig`'s `pad_matmul_dims`, `tune_matmuls`
+/// and disk cache).
+pub(crate) struct CallOptions {
+    /// Operands with a dimension off the vector are padded (`Gemm::padded`).
+    pub pad_dims: bool,
+    /// A new call shape's algorithm is the fastest of the heuristic's candidates ([`fastest`]).
+    pub tune: bool,
+    /// Where timed choices are kept for the next process (per GPU and cuBLASLt version).
+    pub cache: Option<Arc<DiskCache>>,
+}
+
 /// A cuBLASLt error or refusal, as text.
 fn err(e: impl std::fmt::Debug) -> String {
     format!("cuBLASLt: {e:?}")
@@ -135,8 +147,13 @@ impl CuBlasLt {
         epilogue: MatmulEpilogue<'_, Tensor>,
         out_shape: &Shape,
         into: [Option<&Tensor>; 2],
-        pad_dims: bool,
+        options: &CallOptions,
     ) -> Result<Option<Vec<Tensor>>, String> {
+        let CallOptions {
+            pad_dims,
+            tune,
+            ref cache,
+        } = *options;
         let bias_grad = group.bias_grad.is_some();
         if inputs.iter().any(|t| t.dtype != group.dtype) {
             return Ok(None);
@@ -246,15 +263,19 @@ impl CuBlasLt {
             }
             // A prepared call implies the handle exists.
             if !state.calls.contains_key(&key) {
-                // Once per call shape: on the device thread, where the context is current.
+                // Once per call shape: on the device thread, where the context is current. No
+                // timing while a graph is being captured (its scratch allocations and waits
+                // are not for a recording): the heuristic's choice then.
                 let existing = state.handle.clone();
+                let tune = tune && !cubecl_cuda::capture::active();
+                let cache = cache.clone();
                 let prepared = client
                     .exclusive(move || -> Result<_, String> {
                         let handle = match existing {
                             Some(h) => h,
                             None => Arc::new(LtHandle(result::create_handle().map_err(err)?)),
                         };
-                        let call = prepare(handle.0, &key)?;
+                        let call = prepare(handle.0, &key, tune, cache.as_deref())?;
                         Ok((handle, call))
                     })
                     .map_err(err)
@@ -333,7 +354,7 @@ impl CuBlasLt {
         let task = ExternalTask::with_outputs(
             Box::new(
                 move |stream: cudarc::driver::sys::CUstream, pointers: &[u64]| {
-                    enqueue(&handle, &call, scales, stream, pointers)
+                    enqueue(handle.0, &call, &call.algo, scales, stream, pointers)
                 },
             ),
             &fresh,
@@ -438,8 +459,9 @@ struct Scales {
 /// Enqueues a prepared call on `stream` (on the device thread). `pointers`: A, B, D, the
 /// workspace, then the bias and the residual if any.
 fn enqueue(
-    handle: &LtHandle,
+    handle: sys::cublasLtHandle_t,
     call: &Call,
+    algo: &sys::cublasLtMatmulAlgo_t,
     scales: Scales,
     stream: cudarc::driver::sys::CUstream,
     pointers: &[u64],
@@ -493,7 +515,7 @@ fn enqueue(
     // the one CubeCL resolved the bindings on, so the call is ordered with their producers.
     unsafe {
         result::matmul(
-            handle.0,
+            handle,
             call.desc,
             alpha,
             beta,
@@ -505,7 +527,7 @@ fn enqueue(
             d_layout,
             d,
             d_layout,
-            &call.algo,
+            algo,
             pointers[3] as *mut c_void,
             WORKSPACE_BYTES,
             stream as sys::cudaStream_t,
@@ -533,8 +555,16 @@ fn types(
     }
 }
 
-/// Builds the descriptor and layouts of a call and picks its algorithm.
-fn prepare(handle: sys::cublasLtHandle_t, key: &CallKey) -> Result<Call, String> {
+/// Builds the descriptor and layouts of a call and picks its algorithm: the heuristic's first,
+/// or with `tune` the fastest of its candidates ([`fastest`]), found in `cache` when an earlier
+/// process timed them on this GPU with this cuBLASLt (and the library still takes it), else
+/// timed now and kept there.
+fn prepare(
+    handle: sys::cublasLtHandle_t,
+    key: &CallKey,
+    tune: bool,
+    cache: Option<&DiskCache>,
+) -> Result<Call, String> {
     let g = &key.gemm;
     let (elem, compute, scale) = types(key.dtype);
     let desc = result::create_matmul_desc(compute, scale).map_err(err)?;
@@ -627,9 +657,13 @@ fn prepare(handle: sys::cublasLtHandle_t, key: &CallKey) -> Result<Call, String>
         ] {
             align(attr, &ALIGNMENT)?;
         }
-        // SAFETY: every object is alive and describes this call.
+        // SAFETY: plain C structs (integers and a float), filled in by the heuristic.
+        let mut found: [sys::cublasLtMatmulHeuristicResult_t; CANDIDATES] =
+            unsafe { std::mem::zeroed() };
+        let mut count = 0;
+        // SAFETY: every object is alive and describes this call; the array holds `CANDIDATES`.
         unsafe {
-            result::get_matmul_algo_heuristic(
+            sys::cublasLtMatmulAlgoGetHeuristic(
                 handle,
                 desc,
                 call.layouts[0],
@@ -637,16 +671,260 @@ fn prepare(handle: sys::cublasLtHandle_t, key: &CallKey) -> Result<Call, String>
                 call.layouts[2],
                 call.layouts[2],
                 pref,
+                CANDIDATES as i32,
+                found.as_mut_ptr(),
+                &mut count,
             )
-            .map_err(err)
+            .result()
+            .map_err(err)?;
         }
+        let found: Vec<_> = found[..count.clamp(0, CANDIDATES as i32) as usize]
+            .iter()
+            .filter(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
+            .map(|r| r.algo)
+            .collect();
+        if found.is_empty() {
+            return Err(err(sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED));
+        }
+        Ok(found)
     })();
     // SAFETY: created above, destroyed once.
     unsafe {
         let _ = result::destroy_matmul_pref(pref);
     }
-    call.algo = chosen?.algo;
+    let candidates = chosen?;
+    call.algo = candidates[0];
+    if !tune || candidates.len() < 2 {
+        return Ok(call);
+    }
+    let counters = &crate::counters::COUNTERS;
+    let stored = cache.and_then(|c| Some((c, stored_key(c, key)?)));
+    if let Some((c, k)) = &stored
+        && let Some(algo) = stored_algo(c, k, handle, &call)
+    {
+        call.algo = algo;
+        crate::counters::count(&counters.tuned_matmuls);
+        if algo.data != candidates[0].data {
+            crate::counters::count(&counters.tuned_matmuls_changed);
+        }
+        return Ok(call);
+    }
+    {
+        match fastest(handle, &call, key, &candidates) {
+            Ok(Some(timed)) => {
+                tracing::debug!(
+                    target: "burn_compile::output_code",
+                    "cuBLASLt {:?} m{} n{} k{} batch {}: algorithm {} of {} ({:.1} µs; the \
+                     heuristic's first {:.1} µs)",
+                    key.dtype,
+                    key.gemm.m,
+                    key.gemm.n,
+                    key.gemm.k,
+                    key.gemm.batch,
+                    timed.index + 1,
+                    candidates.len(),
+                    timed.micros,
+                    timed.first_micros,
+                );
+                call.algo = candidates[timed.index];
+                crate::counters::count(&counters.tuned_matmuls);
+                if timed.index != 0 {
+                    crate::counters::count(&counters.tuned_matmuls_changed);
+                }
+                if let Some((c, k)) = &stored {
+                    let bytes: Vec<u8> = call
+                        .algo
+                        .data
+                        .iter()
+                        .flat_map(|w| w.to_le_bytes())
+                        .collect();
+                    crate::disk::put(c, ALGORITHM_ENTRY, k, &bytes);
+                }
+            }
+            Ok(None) => {}
+            // Timing is an optimization: the heuristic's choice stands.
+            Err(e) => tracing::debug!(
+                target: "burn_compile::output_code",
+                "cuBLASLt: the algorithms of m{} n{} k{} were not timed ({e}); the heuristic's \
+                 first is kept",
+                key.gemm.m,
+                key.gemm.n,
+                key.gemm.k,
+            ),
+        }
+    }
     Ok(call)
+}
+
+/// The disk cache's kind of entry holding a timed algorithm (cuBLASLt's opaque 64 bytes).
+const ALGORITHM_ENTRY: &str = "cublaslt-algorithm";
+
+/// The disk cache key of a call shape's timed algorithm: the shape and epilogue, the GPU's
+/// name and cuBLASLt's version (an algorithm is only meaningful to the library that offered
+/// it, and the fastest to the GPU it ran on). `None` when the GPU cannot be named. On the
+/// device thread (its context current).
+fn stored_key(cache: &DiskCache, key: &CallKey) -> Option<String> {
+    use cudarc::driver::{result::device, sys as driver};
+    let mut dev: driver::CUdevice = 0;
+    // SAFETY: an out-pointer to a local; the context is current on this thread.
+    unsafe { driver::cuCtxGetDevice(&mut dev) }.result().ok()?;
+    let gpu = device::get_name(dev).ok()?;
+    // SAFETY: takes no arguments; the library is loaded (a handle exists).
+    let version = unsafe { sys::cublasLtGetVersion() };
+    let material = format!(
+        "{gpu}; cuBLASLt {version}; {:?} {:?} relu {} bias gradient {}",
+        key.dtype, key.gemm, key.relu, key.bias_grad
+    );
+    Some(cache.key(ALGORITHM_ENTRY, material.as_bytes()))
+}
+
+/// The algorithm kept under `stored_key`, if there is one and cuBLASLt still takes it for this
+/// call (within the workspace).
+fn stored_algo(
+    cache: &DiskCache,
+    stored_key: &str,
+    handle: sys::cublasLtHandle_t,
+    call: &Call,
+) -> Option<sys::cublasLtMatmulAlgo_t> {
+    let bytes = crate::disk::get(cache, ALGORITHM_ENTRY, stored_key)?;
+    if bytes.len() != 64 {
+        return None;
+    }
+    // SAFETY: a plain C struct of eight integers, each set below.
+    let mut algo: sys::cublasLtMatmulAlgo_t = unsafe { std::mem::zeroed() };
+    for (word, chunk) in algo.data.iter_mut().zip(bytes.chunks_exact(8)) {
+        *word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+    }
+    // SAFETY: plain C struct, filled in by the check.
+    let mut checked: sys::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the call's descriptor and layouts are alive; the pointers are to locals.
+    let status = unsafe {
+        sys::cublasLtMatmulAlgoCheck(
+            handle,
+            call.desc,
+            call.layouts[0],
+            call.layouts[1],
+            call.layouts[2],
+            call.layouts[2],
+            &algo,
+            &mut checked,
+        )
+    };
+    let taken = status == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+        && checked.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+        && checked.workspaceSize <= WORKSPACE_BYTES;
+    taken.then_some(algo)
+}
+
+/// Algorithms the heuristic is asked for per call shape (its best estimates, in order).
+const CANDIDATES: usize = 8;
+
+/// Timed launches of each candidate (after one untimed).
+const TIMED_RUNS: usize = 10;
+
+/// Scratch memory a timing may allocate; a larger call keeps the heuristic's choice.
+const MAX_SCRATCH_BYTES: usize = 1 << 30;
+
+/// The fastest candidate, when the timing ran.
+struct Timed {
+    index: usize,
+    micros: f32,
+    first_micros: f32,
+}
+
+/// Times each candidate algorithm of `call` on scratch operands of its shape (zeros), on a
+/// stream of its own, and waits: the index of the fastest. On the device thread, never while
+/// a graph is captured. `Ok(None)`: too large to time, or no candidate ran.
+fn fastest(
+    handle: sys::cublasLtHandle_t,
+    call: &Call,
+    key: &CallKey,
+    candidates: &[sys::cublasLtMatmulAlgo_t],
+) -> Result<Option<Timed>, String> {
+    use cudarc::driver::result::{event, free_async, malloc_async, memset_d8_async, stream};
+    use cudarc::driver::sys::CUevent_flags;
+    let g = &key.gemm;
+    let elem = key.dtype.size();
+    let operand = |o: &GemmOperand| {
+        let last = (o.cols.max(1) - 1) as i64 * o.ld + o.rows as i64;
+        (last + (g.batch.max(1) as i64 - 1) * o.batch_stride) as usize * elem
+    };
+    let d_bytes = (g.m * g.n) as usize * elem
+        + (g.batch.max(1) as usize - 1) * g.d_batch_stride as usize * elem;
+    let bias = g.bias.is_some() || key.bias_grad;
+    let mut sizes = vec![operand(&g.a), operand(&g.b), d_bytes, WORKSPACE_BYTES];
+    if bias {
+        sizes.push(g.m as usize * elem);
+    }
+    if sizes.iter().sum::<usize>() > MAX_SCRATCH_BYTES {
+        return Ok(None);
+    }
+    let scales = Scales {
+        dtype: key.dtype,
+        alpha: 1.0,
+        bias,
+        residual: false,
+    };
+    // The device's queued work (the replay that met this shape, other streams) would share
+    // the SMs with the timed calls: wait for it first.
+    cudarc::driver::result::ctx::synchronize().map_err(err)?;
+    let timing = stream::create(stream::StreamKind::NonBlocking).map_err(err)?;
+    let mut buffers = Vec::new();
+    let mut events = Vec::new();
+    // SAFETY: the stream, buffers and events are this function's own: the buffers are freed on
+    // the stream, which is waited for before anything is destroyed; every call is enqueued on
+    // it with pointers to buffers of the sizes its layouts read and write.
+    let run = unsafe {
+        (|| -> Result<Option<Timed>, String> {
+            for bytes in &sizes {
+                let b = malloc_async(timing, *bytes).map_err(err)?;
+                buffers.push(b);
+                memset_d8_async(b, 0, *bytes, timing).map_err(err)?;
+            }
+            for _ in 0..2 {
+                events.push(event::create(CUevent_flags::CU_EVENT_DEFAULT).map_err(err)?);
+            }
+            let mut best: Option<(usize, f32)> = None;
+            let mut first = f32::NAN;
+            for (i, algo) in candidates.iter().enumerate() {
+                // A candidate the library refuses to enqueue is skipped.
+                if enqueue(handle, call, algo, scales, timing, &buffers).is_err() {
+                    continue;
+                }
+                event::record(events[0], timing).map_err(err)?;
+                for _ in 0..TIMED_RUNS {
+                    enqueue(handle, call, algo, scales, timing, &buffers)?;
+                }
+                event::record(events[1], timing).map_err(err)?;
+                stream::synchronize(timing).map_err(err)?;
+                let micros =
+                    event::elapsed(events[0], events[1]).map_err(err)? * 1e3 / TIMED_RUNS as f32;
+                if i == 0 {
+                    first = micros;
+                }
+                if best.is_none_or(|(_, b)| micros < b) {
+                    best = Some((i, micros));
+                }
+            }
+            Ok(best.map(|(index, micros)| Timed {
+                index,
+                micros,
+                first_micros: first,
+            }))
+        })()
+    };
+    // SAFETY: as above; after the wait nothing of this function's is in flight.
+    unsafe {
+        for b in buffers {
+            let _ = free_async(b, timing);
+        }
+        let _ = stream::synchronize(timing);
+        for e in events {
+            let _ = event::destroy(e);
+        }
+        let _ = stream::destroy(timing);
+    }
+    run
 }
 
 fn set_batch(layout: sys::cublasLtMatrixLayout_t, batch: u32, stride: i64) -> Result<(), String> {

@@ -330,6 +330,11 @@ mod cuda {
         blas: Option<&'static CuBlasLt>,
         /// `RuntimeConfig::pad_matmul_dims`, as last configured.
         pad_matmul_dims: AtomicBool,
+        /// `RuntimeConfig::tune_matmuls`, as last configured.
+        tune_matmuls: AtomicBool,
+        /// The disk cache timed matmul algorithms are kept in, as last configured (`None`:
+        /// `RuntimeConfig::disk_cache` off).
+        matmul_cache: std::sync::Mutex<Option<Arc<crate::disk::DiskCache>>>,
     }
 
     /// cuBLASLt for the process, loaded once.
@@ -388,6 +393,8 @@ mod cuda {
             ),
             blas: blas(),
             pad_matmul_dims: AtomicBool::new(crate::RuntimeConfig::default().pad_matmul_dims),
+            tune_matmuls: AtomicBool::new(crate::RuntimeConfig::default().tune_matmuls),
+            matmul_cache: std::sync::Mutex::new(None),
         });
         // `T` is `CubeTensor<CudaRuntime>`: the downcast is the identity.
         let any: Box<dyn Any> = Box::new(target);
@@ -398,6 +405,11 @@ mod cuda {
         fn configure(&self, config: &crate::RuntimeConfig) {
             self.pad_matmul_dims
                 .store(config.pad_matmul_dims, Ordering::Relaxed);
+            self.tune_matmuls
+                .store(config.tune_matmuls, Ordering::Relaxed);
+            *self.matmul_cache.lock().unwrap_or_else(|e| e.into_inner()) = config
+                .disk_cache
+                .then(|| crate::disk::cache_at(config.cache_dir.clone(), config.cache_max_bytes));
         }
 
         fn lower(&self, work: Lowering<'_>) -> bool {
@@ -440,7 +452,15 @@ mod cuda {
                     epilogue,
                     out_shape,
                     into,
-                    self.pad_matmul_dims.load(Ordering::Relaxed),
+                    &super::cublaslt::CallOptions {
+                        pad_dims: self.pad_matmul_dims.load(Ordering::Relaxed),
+                        tune: self.tune_matmuls.load(Ordering::Relaxed),
+                        cache: self
+                            .matmul_cache
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone(),
+                    },
                 ),
                 (Work::Matmul { .. }, None) => Ok(None),
                 (
