@@ -8,7 +8,8 @@
 set -eu
 carry=bench-out/carry
 mkdir -p "$carry"
-cp benchmarks/h200/run_steps.sh benchmarks/h200/cubecl.toml benchmarks/h200/torch_workloads.py \
+cp benchmarks/h200/run_steps.sh benchmarks/h200/kernel_time.sh benchmarks/h200/cubecl.toml \
+  benchmarks/h200/torch_workloads.py \
   benchmarks/kernel_time.py benchmarks/ncu_summary.py "$carry/"
 [ -f ../shared/bench/torch_anchor.py ] && cp ../shared/bench/torch_anchor.py "$carry/"
 for pair in "$@"; do
