@@ -117,8 +117,9 @@ pub struct CompileConfig {
     /// outputs out (`BURN_COMPILE_RECORDING_COPIES`: `each`, `batched` or `alternate`). See
     /// [`RecordingCopies`].
     pub recording_copies: RecordingCopies,
-    /// Time each attention problem's kernel against its parts on its first replays (synced
-    /// runs, like Burn's autotune) and keep the faster; `false`: the kernel always
+    /// Time each attention problem's kernel against its parts on its first replays (after an
+    /// untimed run of each, three synced runs of each, like Burn's autotune) and keep the
+    /// faster by each side's fastest run; `false`: the kernel always
     /// (`BURN_COMPILE_ATTENTION_AUTOTUNE`). The decision is logged (`output_code`).
     pub attention_autotune: bool,
     /// A generated kernel that fails to compile or launch is an error (raised at the next

@@ -77,20 +77,28 @@ pub struct InnerDevice<B: BackendIr> {
 }
 
 /// The timing of an attention kernel against its parts, one replay of the problem per state.
-/// The first run of each side compiles its kernels and is not timed; then one synced run of
-/// each is timed (W1's six layers are six replays of one problem: it is decided in its first
-/// forward).
+/// The first run of each side compiles its kernels and is not timed; then [`TIMED_RUNS`]
+/// synced runs of each are timed and each side's fastest compared (W1's six layers are six
+/// replays of one problem: it is decided in its first two forwards). One run per side could
+/// be slowed by anything else the device did then, and a decision lasts for the process: the
+/// kernel it may pick instead of the parts can be 25× slower (cubek's on W1, BENCHMARKS.md).
 #[derive(Clone, Copy, Debug)]
 enum Tuning {
-    /// The parts ran once (their kernels are compiled): time them next.
-    TimeParts,
-    /// The parts took this long: run the kernel once (compiling it).
-    WarmKernel(Duration),
-    /// The kernel ran once: time it against the parts' time.
-    TimeKernel(Duration),
+    /// The parts ran `runs` timed runs (the first, untimed, compiled them), the fastest
+    /// taking `best`: time them again, or run the kernel once (compiling it).
+    TimeParts { runs: u32, best: Duration },
+    /// The kernel ran once: time it against the parts' fastest, `parts`.
+    TimeKernel {
+        parts: Duration,
+        runs: u32,
+        best: Duration,
+    },
     /// `true`: the kernel from now on; `false`: the parts.
     Decided(bool),
 }
+
+/// Timed runs of each side of an attention step's tuning.
+const TIMED_RUNS: u32 = 3;
 
 impl<B: BackendIr> InnerDevice<B> {
     /// The device's tensors, run by the target of its inner backend (if it has one).
@@ -547,27 +555,53 @@ impl<B: BackendIr> InnerDevice<B> {
             Some(Tuning::Decided(false)) => return self.attention_parts(ops, group),
             None => {
                 self.attention_parts(ops, group);
-                Tuning::TimeParts
+                Tuning::TimeParts {
+                    runs: 0,
+                    best: Duration::MAX,
+                }
             }
-            Some(Tuning::TimeParts) => {
-                Tuning::WarmKernel(synced(&|| self.attention_parts(ops, group)))
+            Some(Tuning::TimeParts { runs, best }) if runs < TIMED_RUNS => {
+                let time = synced(&|| self.attention_parts(ops, group));
+                Tuning::TimeParts {
+                    runs: runs + 1,
+                    best: best.min(time),
+                }
             }
-            Some(Tuning::WarmKernel(parts)) => match self.attention_kernel(ops, group) {
-                true => Tuning::TimeKernel(parts),
-                // No kernel for this problem (or it failed, reported): the parts for good.
-                false => Tuning::Decided(false),
-            },
-            Some(Tuning::TimeKernel(parts)) => {
+            Some(Tuning::TimeParts { best: parts, .. }) => {
+                match self.attention_kernel(ops, group) {
+                    true => Tuning::TimeKernel {
+                        parts,
+                        runs: 0,
+                        best: Duration::MAX,
+                    },
+                    // No kernel for this problem (or it failed, reported): the parts for good.
+                    false => Tuning::Decided(false),
+                }
+            }
+            Some(Tuning::TimeKernel { parts, runs, best }) => {
                 let ran = std::cell::Cell::new(false);
-                let kernel = synced(&|| ran.set(self.attention_kernel(ops, group)));
-                let faster = ran.get() && kernel < parts;
-                tracing::info!(
-                    target: "burn_compile::output_code",
-                    "burn-compile: {}: kernel {kernel:?}, parts {parts:?}: the {} from now on",
-                    group.summary(),
-                    if faster { "kernel" } else { "parts" }
-                );
-                Tuning::Decided(faster)
+                let time = synced(&|| ran.set(self.attention_kernel(ops, group)));
+                let kernel = best.min(time);
+                if !ran.get() {
+                    // It failed (reported): the parts for good.
+                    Tuning::Decided(false)
+                } else if runs + 1 < TIMED_RUNS {
+                    Tuning::TimeKernel {
+                        parts,
+                        runs: runs + 1,
+                        best: kernel,
+                    }
+                } else {
+                    let faster = kernel < parts;
+                    tracing::info!(
+                        target: "burn_compile::output_code",
+                        "burn-compile: {}: kernel {kernel:?}, parts {parts:?} (fastest of \
+                         {TIMED_RUNS} runs each): the {} from now on",
+                        group.summary(),
+                        if faster { "kernel" } else { "parts" }
+                    );
+                    Tuning::Decided(faster)
+                }
             }
         };
         self.attention_tuning
