@@ -970,6 +970,27 @@ fn gpu_products_on_timed_or_first_choice_algorithms_match_eager() {
     configure(&device, suite_config());
 }
 
+/// Runs test `name` of this binary in a process of its own with `env` set (a child test that
+/// returns at once without it), and reads the numbers it prints after `METRICS `.
+fn child_metrics(name: &str, env: (&str, &std::ffi::OsStr)) -> Vec<u64> {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env.0, env.1)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the child failed:\n{stdout}\n{stderr}"
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("METRICS ").map(|(_, m)| m.to_string()))
+        .unwrap_or_else(|| panic!("no metrics:\n{stdout}\n{stderr}"));
+    line.split(' ').map(|v| v.parse().unwrap()).collect()
+}
+
 /// The child of `gpu_timed_matmul_algorithms_are_kept_on_disk_for_the_next_process`: a
 /// feed-forward block's gradients with timed algorithms and the disk cache in
 /// `BC_TEST_MATMUL_CACHE_DIR`, against eager; prints its metrics.
@@ -1025,27 +1046,10 @@ fn gpu_timed_matmul_algorithms_are_kept_on_disk_for_the_next_process() {
     let dir = std::env::temp_dir().join(format!("bc-matmul-algorithms-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let child = || {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_times_or_finds_matmul_algorithms",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("BC_TEST_MATMUL_CACHE_DIR", &dir)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "the child failed:\n{stdout}\n{stderr}"
+        let m = child_metrics(
+            "child_times_or_finds_matmul_algorithms",
+            ("BC_TEST_MATMUL_CACHE_DIR", dir.as_os_str()),
         );
-        let line = stdout
-            .lines()
-            .find_map(|l| l.split_once("METRICS ").map(|(_, m)| m.to_string()))
-            .unwrap_or_else(|| panic!("no metrics:\n{stdout}\n{stderr}"));
-        let m: Vec<u64> = line.split(' ').map(|v| v.parse().unwrap()).collect();
         (m[0], m[1], m[2])
     };
     let (tuned, hits, writes) = child();
@@ -1210,14 +1214,15 @@ fn gpu_bias_and_layer_norm_gradients_are_column_sums_and_match_eager() {
     );
     let ran = burn_compile::metrics().since(&before).column_kernels;
     assert!(ran >= 3, "each ran as a kernel, not as its sums: {ran}");
-    // γ's and the bias's (β's input is freed before γ's sum): one launch.
+    // γ's, β's and the bias's: one launch (β's input, whose last use is the next kernel, is
+    // freed by the group instead).
     let together: Vec<(usize, usize)> = report
         .graphs
         .iter()
         .map(|g| g.horizontal_column_kernels)
         .filter(|h| h.0 > 0)
         .collect();
-    assert_eq!(together, vec![(1, 2)], "{report}");
+    assert_eq!(together, vec![(1, 3)], "{report}");
     let want = grads::<Autodiff<Eager>>(&d);
     // Through the layer norm's backward (row kernels against eager's reductions, each summing
     // in its own order) the gradients of a 96-row batch differ by ~2e-4 relative.
@@ -1228,37 +1233,32 @@ fn gpu_bias_and_layer_norm_gradients_are_column_sums_and_match_eager() {
     }
 }
 
-/// A transformer encoder layer's backward pass (post-norm, ReLU, as W1's): its bias gradients
-/// of `[rows, d]` and its layer norms' γ and β gradients are column sums of one shape, and
-/// those whose inputs are still alive where a later one runs are launched together; every
-/// parameter's gradient matches eager's.
-#[test]
-fn gpu_a_transformer_layers_gradient_sums_launch_together_and_match_eager() {
-    use burn::module::Module;
-    use burn::nn::transformer::{TransformerEncoder, TransformerEncoderInput};
-    if !adapter_available() {
-        return;
-    }
+/// A transformer encoder layer (post-norm, ReLU, d = 32, ff = 64, 4 heads) with eager Burn's
+/// weights loaded into a compiled copy, and a `[4, 8, 32]` input.
+fn transformer_layer() -> (
+    burn::nn::transformer::TransformerEncoder<Autodiff<Eager>>,
+    burn::nn::transformer::TransformerEncoder<Autodiff<C>>,
+    TensorData,
+) {
     let config = burn::nn::transformer::TransformerEncoderConfig::new(32, 64, 4, 1)
         .with_dropout(0.0)
         .with_activation(burn::nn::activation::ActivationConfig::Relu);
     let device = Default::default();
-    let eager: TransformerEncoder<Autodiff<Eager>> = config.init(&device);
-    let compiled: TransformerEncoder<Autodiff<C>> =
-        support::load(config.init(&device), support::weights(&eager));
-    let x = support::float_data(&[4, 8, 32], 81, -1.0, 1.0);
-    fn grads<B: burn::tensor::backend::AutodiffBackend>(
-        model: &TransformerEncoder<B>,
-        x: &TensorData,
-    ) -> Vec<TensorData> {
-        let device = Default::default();
-        let x = Tensor::<B, 3>::from_data(x.clone(), &device);
-        let y = model.forward(TransformerEncoderInput::new(x));
-        let grads = (y.clone() * y).sum().backward();
-        let mut collect = GradsOf(&grads, Vec::new());
-        model.visit(&mut collect);
-        collect.1
-    }
+    let eager: burn::nn::transformer::TransformerEncoder<Autodiff<Eager>> = config.init(&device);
+    let compiled = support::load(config.init(&device), support::weights(&eager));
+    (
+        eager,
+        compiled,
+        support::float_data(&[4, 8, 32], 81, -1.0, 1.0),
+    )
+}
+
+/// Every parameter's gradient of `sum(layer(x)²)`.
+fn transformer_layer_grads<B: burn::tensor::backend::AutodiffBackend>(
+    model: &burn::nn::transformer::TransformerEncoder<B>,
+    x: &TensorData,
+) -> Vec<TensorData> {
+    use burn::module::Module;
     struct GradsOf<'a, B: burn::tensor::backend::AutodiffBackend>(
         &'a B::Gradients,
         Vec<TensorData>,
@@ -1272,19 +1272,39 @@ fn gpu_a_transformer_layers_gradient_sums_launch_together_and_match_eager() {
             self.1.push(grad.into_data());
         }
     }
+    let device = Default::default();
+    let x = Tensor::<B, 3>::from_data(x.clone(), &device);
+    let y = model.forward(burn::nn::transformer::TransformerEncoderInput::new(x));
+    let grads = (y.clone() * y).sum().backward();
+    let mut collect = GradsOf(&grads, Vec::new());
+    model.visit(&mut collect);
+    collect.1
+}
+
+/// A transformer encoder layer's backward pass (post-norm, ReLU, as W1's): its bias gradients
+/// of `[rows, d]` and its layer norms' γ and β gradients are column sums of one shape, and
+/// those whose inputs are still alive where a later one runs are launched together; every
+/// parameter's gradient matches eager's.
+#[test]
+fn gpu_a_transformer_layers_gradient_sums_launch_together_and_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let (eager, compiled, x) = transformer_layer();
     let before = burn_compile::metrics();
-    let (got, report) = explain(|| grads(&compiled, &x));
+    let (got, report) = explain(|| transformer_layer_grads(&compiled, &x));
     let (launches, sums): (usize, usize) = report
         .graphs
         .iter()
         .map(|g| g.horizontal_column_kernels)
         .fold((0, 0), |(k, m), (gk, gm)| (k + gk, m + gm));
     let columns: usize = report.graphs.iter().map(|g| g.column_kernels).sum();
-    // Ten sums, nine of `[32, 32]`: seven of them in two launches (each layer norm's β sum
-    // reads its output gradient, which is freed before the next sum: it runs alone).
+    // Ten sums, nine of `[32, 32]`, all nine in two launches: each layer norm's β sum reads
+    // its output gradient, whose last use is the next kernel; the group takes that free over
+    // (the kernel leaves the gradient alive, the group frees it after its sums).
     assert!(columns >= 10, "the layer's sums are column sums: {report}");
     assert!(
-        launches >= 2 && sums >= 7,
+        launches >= 2 && sums >= 9,
         "sums launched together: {report}"
     );
     let ran = burn_compile::metrics().since(&before);
@@ -1297,7 +1317,7 @@ fn gpu_a_transformer_layers_gradient_sums_launch_together_and_match_eager() {
         ran.horizontal_column_kernels >= 2,
         "they ran together, not one by one: {ran:?}"
     );
-    let want = grads(&eager, &x);
+    let want = transformer_layer_grads(&eager, &x);
     assert_eq!(got.len(), want.len());
     // Through attention's softmax and two layer norms' backward passes, each sum added in its
     // own order: as the layer norm test's tolerance on wgpu. On CUDA the products run on TF32
@@ -1312,6 +1332,64 @@ fn gpu_a_transformer_layers_gradient_sums_launch_together_and_match_eager() {
         println!("checking gradient {i} {:?}", g.shape);
         g.assert_approx_eq::<f32>(w, tol);
     }
+}
+
+/// The child of `gpu_a_transformer_layers_gradients_match_eager_with_every_kernel_failing`
+/// (its own process: the failures injected on the device and the fallbacks counted are
+/// process-wide): the layer's gradients with every generated kernel failing, against eager.
+#[test]
+fn child_runs_a_transformer_layer_with_failing_kernels() {
+    if std::env::var_os("BC_TEST_FAILING_KERNELS").is_none() {
+        return; // Only as a child of the test below.
+    }
+    let (eager, compiled, x) = transformer_layer();
+    configure(
+        &burn::tensor::Device::<Eager>::default(),
+        CompileConfig {
+            faults: burn_compile::Faults {
+                kernel_failure: true,
+                ..Default::default()
+            },
+            ..suite_config()
+        },
+    );
+    let before = burn_compile::metrics();
+    let got = transformer_layer_grads(&compiled, &x);
+    let m = burn_compile::metrics().since(&before);
+    let want = transformer_layer_grads(&eager, &x);
+    let tol = if cfg!(feature = "cuda") {
+        tol()
+    } else {
+        Tolerance::relative(1e-3).set_absolute(1e-5)
+    };
+    for (g, w) in got.iter().zip(&want) {
+        g.assert_approx_eq::<f32>(w, tol);
+    }
+    println!(
+        "METRICS {} {}",
+        m.kernel_fallbacks, m.horizontal_column_kernels
+    );
+}
+
+/// Every generated kernel failing (injected), in a process of its own: each kernel's
+/// operations run on the inner backend — the one whose free of the output gradient a group of
+/// column sums took over leaves it alive — and the group's sums run one by one and free it;
+/// the gradients match eager's.
+#[test]
+fn gpu_a_transformer_layers_gradients_match_eager_with_every_kernel_failing() {
+    if !adapter_available() {
+        return;
+    }
+    let m = child_metrics(
+        "child_runs_a_transformer_layer_with_failing_kernels",
+        ("BC_TEST_FAILING_KERNELS", std::ffi::OsStr::new("1")),
+    );
+    let line = format!("{m:?}");
+    assert!(
+        m[0] >= 10,
+        "the kernels failed and their operations ran: {line}"
+    );
+    assert_eq!(m[1], 0, "no group of column sums ran as a kernel: {line}");
 }
 
 /// With `bias_gradient_epilogue` on, a linear layer's bias gradient, `Σ_rows dy`, comes out of

@@ -381,12 +381,25 @@ impl<B: BackendIr> InnerDevice<B> {
         self.run_ops(ops, group);
     }
 
-    /// Runs a fused group's operations one by one on the inner backend, in program order.
+    /// Runs a fused group's operations one by one on the inner backend, in program order. An
+    /// input the group does not consume is only read, even where an operation's last use
+    /// would free it: a horizontal column group took that free over and runs later.
     fn run_ops(&self, ops: &[OperationIr], group: &FusedGroup) {
         let mut positions: Vec<u32> = group.ops.iter().chain(&group.drops).copied().collect();
         positions.sort_unstable();
+        let kept: Vec<burn_ir::TensorId> = group
+            .inputs
+            .iter()
+            .zip(&group.consumed)
+            .filter(|(_, consumed)| !**consumed)
+            .map(|(slot, _)| slot_input(ops, slot).id)
+            .collect();
         for p in positions {
-            crate::replay::execute_one(self, ops[p as usize].clone());
+            let mut op = ops[p as usize].clone();
+            if !kept.is_empty() {
+                op.mark_read_only(&kept);
+            }
+            crate::replay::execute_one(self, op);
         }
     }
 
@@ -743,6 +756,10 @@ impl<B: BackendIr> InnerDevice<B> {
             }
         }
         self.in_program_order(ops, group.all_ops());
+        if group.frees_input {
+            self.handles()
+                .remove_handle(slot_input(ops, &group.input).id);
+        }
     }
 
     /// The column-sum kernel of `group`; `Ok(false)` when the target did not take it.
@@ -774,8 +791,9 @@ impl<B: BackendIr> InnerDevice<B> {
         };
         drop(tensor);
         handles.register_handle(out.id, B::float_tensor_handle(result));
-        // The input is freed where its last use was one of the sums, as the sums would have.
-        if group.consumed {
+        // The input is freed where its last use was one of the sums, as the sums would have,
+        // or where the group took its free over.
+        if group.consumed || group.frees_input {
             handles.remove_handle(input.id);
         }
         Ok(true)
@@ -846,8 +864,9 @@ impl<B: BackendIr> InnerDevice<B> {
         drop(inputs);
         for ((group, out), result) in groups.iter().zip(outs).zip(results) {
             handles.register_handle(out.id, B::float_tensor_handle(result));
-            // Each input is freed where its last use was its sums, as the sums would have.
-            if group.consumed {
+            // Each input is freed where its last use was its sums, as the sums would have, or
+            // where the group took its free over.
+            if group.consumed || group.frees_input {
                 handles.remove_handle(slot_input(ops, &group.input).id);
             }
         }

@@ -167,6 +167,23 @@ fn fused_step(
     }
 }
 
+/// Column group `g` runs at step `k`, its kernel or its sums on the inner backend: what those
+/// read escapes, what they consume is freed, and an input whose free the group took over from
+/// a fused kernel (`frees_input`) is freed there too.
+fn column_step(
+    ops: &[OperationIr],
+    g: &crate::ColumnGroup,
+    k: usize,
+    values: &mut FxHashMap<u64, Candidate>,
+) {
+    for i in g.all_ops() {
+        inner_op(values, &ops[i as usize], k);
+    }
+    if g.frees_input {
+        free(values, slot_tensor(ops, &g.input, false), k);
+    }
+}
+
 /// Plans the intermediates of `plan` (built from `ops`).
 pub fn memory_plan(ops: &[OperationIr], plan: &Plan) -> MemoryPlan {
     let mut values: FxHashMap<u64, Candidate> = FxHashMap::default();
@@ -228,17 +245,11 @@ pub fn memory_plan(ops: &[OperationIr], plan: &Plan) -> MemoryPlan {
             }
             Step::Column { group } => {
                 // Likewise: the kernel, or the sums on the inner backend.
-                for i in plan.column[*group as usize].all_ops() {
-                    inner_op(&mut values, &ops[i as usize], k);
-                }
+                column_step(ops, &plan.column[*group as usize], k, &mut values);
             }
             Step::HorizontalColumns { group } => {
-                let members = &plan.horizontal_columns[*group as usize].members;
-                for i in members
-                    .iter()
-                    .flat_map(|&m| plan.column[m as usize].all_ops())
-                {
-                    inner_op(&mut values, &ops[i as usize], k);
+                for &m in &plan.horizontal_columns[*group as usize].members {
+                    column_step(ops, &plan.column[m as usize], k, &mut values);
                 }
             }
         }

@@ -40,6 +40,7 @@ fn a_bias_gradient_is_one_column_sum() {
             reshape: None,
             input: Slot { op: 0, pos: 0 },
             consumed: true,
+            frees_input: false,
             output: Slot { op: 0, pos: 0 },
             dims: [1, 16, 16, 1],
             divisor: 1,

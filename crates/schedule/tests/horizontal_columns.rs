@@ -106,6 +106,46 @@ fn a_sum_never_moves_past_what_frees_its_input() {
     assert_eq!(column_steps(&plan).len(), 2);
 }
 
+/// The first sum's input is consumed by a generated kernel (two pointwise operations) before
+/// the second sum, which sums that kernel's output — a layer norm's β and γ gradients: the
+/// group takes the free over. The kernel no longer frees the input (`consumed` off for it) and
+/// the first sum's group frees it after the launch (`frees_input`). Where a single eager
+/// operation frees it (above), nothing is taken over.
+#[test]
+fn a_kernels_free_of_a_sums_input_is_taken_over_by_the_group() {
+    let ops = vec![
+        linear_bias_backward(t(1, &[16, 8], ReadOnly), 4),
+        exp(t(1, &[16, 8], ReadWrite), 5),
+        exp(t(5, &[16, 8], ReadWrite), 6),
+        linear_bias_backward(t(6, &[16, 8], ReadWrite), 7),
+    ];
+    let plan = plan_with_horizontal_columns(&ops);
+    assert_eq!(
+        plan.horizontal_columns,
+        vec![HorizontalColumnGroup {
+            members: vec![0, 1]
+        }],
+        "{:?}",
+        plan.steps
+    );
+    assert_eq!(plan.fused.len(), 1, "{:?}", plan.steps);
+    let kernel = &plan.fused[0];
+    let reads_input = |slot: &burn_compile_schedule::Slot| slot.op == 1 && slot.pos == 0;
+    let (_, consumed) = kernel
+        .inputs
+        .iter()
+        .zip(&kernel.consumed)
+        .find(|(slot, _)| reads_input(slot))
+        .expect("the kernel reads the sum's input");
+    assert!(!consumed, "the kernel leaves the input alive");
+    assert!(plan.column[0].frees_input && !plan.column[0].consumed);
+    assert!(!plan.column[1].frees_input && plan.column[1].consumed);
+    // Without horizontal fusion the kernel frees it, as the operation does.
+    let apart = plan_with_columns(&ops);
+    assert!(apart.fused[0].consumed.iter().all(|c| *c));
+    assert!(!apart.column[0].frees_input);
+}
+
 /// Inputs of 64 MiB each: two held together would pass [`MAX_HELD_BYTES`], so the sums run
 /// where they are and their inputs are freed there.
 #[test]

@@ -50,6 +50,11 @@ pub struct ColumnGroup {
     pub input: Slot,
     /// The kernel's input has its last use in the group: freed after the kernel.
     pub consumed: bool,
+    /// The input's last use is a later fused kernel, which a horizontal column group took the
+    /// free over from (that kernel no longer frees it): freed after this group's sums, which
+    /// run later (`fusers/horizontal_columns.rs`).
+    #[serde(default)]
+    pub frees_input: bool,
     /// The last operation's output: the tensor the kernel writes.
     pub output: Slot,
     /// `[outer, reduced, inner, trailing]`: the input, contiguous, summed over its second and
@@ -320,6 +325,7 @@ fn sum_chain(ops: &[OperationIr], live: &[bool], taken: &[bool], i: usize) -> Op
             pos: 0,
         },
         consumed: first.input.status == TensorStatus::ReadWrite,
+        frees_input: false,
         output: Slot {
             op: reshape.unwrap_or(last) as u32,
             pos: 0,
@@ -374,6 +380,7 @@ fn permuted_sum(
             pos: 0,
         },
         consumed: x.status == TensorStatus::ReadWrite,
+        frees_input: false,
         output: Slot {
             op: k as u32,
             pos: 0,

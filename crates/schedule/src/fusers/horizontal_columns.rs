@@ -15,12 +15,18 @@
 //! until the group runs — so a member joins only when nothing in between reads what a member
 //! writes or frees what a member reads, and while the inputs held together stay within
 //! [`MAX_HELD_BYTES`] (grouping must not hold a model's activations past their last use).
+//!
+//! One free in between is taken over rather than refused: a generated kernel's, whose input
+//! a member sums (a layer norm's β gradient sums the output gradient `dy`, whose last use is
+//! the next kernel, before γ's sum of `dy · x̂` comes). That kernel then leaves the input alive
+//! (its `consumed` flag off; on its fallback, its operations run with that input read-only)
+//! and the group frees it after its sums (`ColumnGroup::frees_input`).
 
 use super::horizontal::{Use, moves_past, ops_by_place};
 use super::{Claims, ColumnGroup, Fuser};
 use crate::memory::slot_tensor;
 use crate::{ScheduleOptions, Step};
-use burn_ir::OperationIr;
+use burn_ir::{OperationIr, TensorStatus};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +76,21 @@ impl Fuser for HorizontalColumnFuser {
             return;
         };
         let limit = options.max_kernel_buffers;
-        let groups = find_groups(ops, claims, limit, accepts);
+        let (groups, takeovers) = find_groups(ops, claims, limit, accepts);
+        for Takeover {
+            kernel,
+            tensor,
+            member,
+        } in takeovers
+        {
+            let group = &mut claims.fused[kernel];
+            for (slot, consumed) in group.inputs.iter().zip(group.consumed.iter_mut()) {
+                if slot_tensor(ops, slot, false).id.value() == tensor {
+                    *consumed = false;
+                }
+            }
+            claims.column[member].frees_input = true;
+        }
         for members in groups {
             let at = claims.horizontal_columns.len() as u32;
             let is_member =
@@ -88,12 +108,21 @@ impl Fuser for HorizontalColumnFuser {
     }
 }
 
+/// A free taken over by a group: fused kernel `kernel` no longer frees `tensor`, which
+/// column group `member` sums and frees instead.
+#[derive(Debug)]
+struct Takeover {
+    kernel: usize,
+    tensor: u64,
+    member: usize,
+}
+
 fn find_groups(
     ops: &[OperationIr],
     claims: &Claims,
     limit: usize,
     accepts: &dyn Fn(&ColumnGroup) -> bool,
-) -> Vec<Vec<usize>> {
+) -> (Vec<Vec<usize>>, Vec<Takeover>) {
     let at_place = ops_by_place(ops, claims);
     let mut member_of = vec![None; ops.len()];
     for (g, group) in claims.column.iter().enumerate() {
@@ -101,6 +130,13 @@ fn find_groups(
             member_of[op as usize] = Some(g);
         }
     }
+    let mut kernel_of = vec![None; ops.len()];
+    for (k, group) in claims.fused.iter().enumerate() {
+        for &op in &group.ops {
+            kernel_of[op as usize] = Some(k);
+        }
+    }
+    let mut takeovers: Vec<Takeover> = Vec::new();
     let mut candidates: Vec<usize> = (0..claims.column.len())
         .filter(|&g| accepts(&claims.column[g]))
         .collect();
@@ -128,15 +164,20 @@ fn find_groups(
                 current.tensors.get(&input.id.value()),
                 Some((_, Use::Writes))
             );
-            if fits
-                && !reads_a_result
-                && moves_past(
-                    ops,
-                    &at_place[current.at + 1..=at],
-                    &is_member,
-                    &current.tensors,
-                )
-            {
+            let taken = (fits && !reads_a_result)
+                .then(|| {
+                    frees_taken_over(
+                        ops,
+                        claims,
+                        &at_place[current.at + 1..=at],
+                        &is_member,
+                        &kernel_of,
+                        &current.tensors,
+                    )
+                })
+                .flatten();
+            if let Some(taken) = taken {
+                takeovers.extend(taken);
                 current.members.push(g);
                 current.at = at;
                 current.held += bytes;
@@ -166,5 +207,64 @@ fn find_groups(
     done.extend(open.into_values().map(|o| o.members));
     done.retain(|members| members.len() > 1);
     done.sort_by_key(|members| claims.column[members[0]].at());
-    done
+    // A takeover is recorded when a second member joins: its group is kept.
+    (done, takeovers)
+}
+
+/// Whether the group reading and writing `tensors` may run after the operations of `places`
+/// (its members' aside), as [`moves_past`] says, but with the frees of what a member reads by a
+/// fused kernel that consumes it taken over: `Some` with those (none where nothing frees),
+/// `None` where anything else conflicts.
+fn frees_taken_over(
+    ops: &[OperationIr],
+    claims: &Claims,
+    places: &[Vec<u32>],
+    is_member: &dyn Fn(u32) -> bool,
+    kernel_of: &[Option<usize>],
+    tensors: &FxHashMap<u64, (usize, Use)>,
+) -> Option<Vec<Takeover>> {
+    let mut taken = Vec::new();
+    for ops_here in places {
+        // Each place's operations are checked as moves_past checks them; those of a fused
+        // kernel may free a member's input: taken over.
+        for &op in ops_here {
+            if is_member(op) {
+                continue;
+            }
+            let single = [vec![op]];
+            if moves_past(ops, &single, is_member, tensors) {
+                continue;
+            }
+            let kernel = kernel_of[op as usize]?;
+            let group = &claims.fused[kernel];
+            for t in ops[op as usize].inputs() {
+                let id = t.id.value();
+                match tensors.get(&id) {
+                    None => {}
+                    Some((_, Use::Writes)) => return None,
+                    Some((_, Use::Reads)) if t.status != TensorStatus::ReadWrite => {}
+                    Some((member, Use::Reads)) => {
+                        let consumed_here =
+                            group
+                                .inputs
+                                .iter()
+                                .zip(&group.consumed)
+                                .any(|(slot, consumed)| {
+                                    *consumed && slot_tensor(ops, slot, false).id.value() == id
+                                });
+                        // The sum must read it only (not free it itself).
+                        if !consumed_here || claims.column[*member].consumed {
+                            return None;
+                        }
+                        taken.push(Takeover {
+                            kernel,
+                            tensor: id,
+                            member: *member,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Some(taken)
 }
