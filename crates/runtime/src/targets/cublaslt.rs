@@ -93,13 +93,14 @@ impl Drop for Call {
 
 /// How [`CuBlasLt::matmul`] runs a call (`RuntimeConfig`'s `pad_matmul_dims`, `tune_matmuls`
 /// and disk cache).
-pub(crate) struct CallOptions {
+pub(crate) struct CallOptions<'a> {
     /// Operands with a dimension off the vector are padded (`Gemm::padded`).
     pub pad_dims: bool,
     /// A new call shape's algorithm is the fastest of the heuristic's candidates ([`fastest`]).
     pub tune: bool,
-    /// Where timed choices are kept for the next process (per GPU and cuBLASLt version).
-    pub cache: Option<Arc<DiskCache>>,
+    /// Where timed choices are kept for the next process (per GPU and cuBLASLt version): read
+    /// only when a call shape is prepared, not on every replayed call.
+    pub cache: &'a Mutex<Option<Arc<DiskCache>>>,
 }
 
 /// A cuBLASLt error or refusal, as text.
@@ -147,12 +148,12 @@ impl CuBlasLt {
         epilogue: MatmulEpilogue<'_, Tensor>,
         out_shape: &Shape,
         into: [Option<&Tensor>; 2],
-        options: &CallOptions,
+        options: &CallOptions<'_>,
     ) -> Result<Option<Vec<Tensor>>, String> {
         let CallOptions {
             pad_dims,
             tune,
-            ref cache,
+            cache,
         } = *options;
         let bias_grad = group.bias_grad.is_some();
         if inputs.iter().any(|t| t.dtype != group.dtype) {
@@ -268,7 +269,7 @@ impl CuBlasLt {
                 // are not for a recording): the heuristic's choice then.
                 let existing = state.handle.clone();
                 let tune = tune && !cubecl_cuda::capture::active();
-                let cache = cache.clone();
+                let cache = cache.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 let prepared = client
                     .exclusive(move || -> Result<_, String> {
                         let handle = match existing {

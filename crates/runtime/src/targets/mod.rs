@@ -455,11 +455,7 @@ mod cuda {
                     &super::cublaslt::CallOptions {
                         pad_dims: self.pad_matmul_dims.load(Ordering::Relaxed),
                         tune: self.tune_matmuls.load(Ordering::Relaxed),
-                        cache: self
-                            .matmul_cache
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .clone(),
+                        cache: &self.matmul_cache,
                     },
                 ),
                 (Work::Matmul { .. }, None) => Ok(None),
