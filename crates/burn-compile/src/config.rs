@@ -104,6 +104,12 @@ pub struct CompileConfig {
     /// as one kernel, where the device's kernel target has them (CubeCL: CUDA and wgpu); off,
     /// or elsewhere, the inner backend's reductions (`BURN_COMPILE_COLUMN_SUMS`).
     pub column_sums: bool,
+    /// A swapped view that batched products read and cannot read in place (attention's heads,
+    /// `[b, s, h, d]` swapped to `[b, h, s, d]`) is copied contiguous once, by a generated
+    /// kernel at the swap's place, and every product reads the copy; copies of one shape launch
+    /// together with `horizontal_fusion` (`BURN_COMPILE_VIEW_COPIES`). Off: each product copies
+    /// the view it reads (CUDA and wgpu; the CPU's products read views in place either way).
+    pub view_copies: bool,
     /// Generated kernels load, compute and store vectors of consecutive elements (16 bytes:
     /// 4 × f32, 8 × f16/bf16) where every buffer's layout and alignment allows, scalar code
     /// elsewhere (`BURN_COMPILE_VECTORIZE`). Off: the fused groups' kernels run scalar code;
@@ -287,6 +293,7 @@ impl Default for CompileConfig {
             memory_planning: true,
             horizontal_fusion: true,
             column_sums: true,
+            view_copies: true,
             vectorize: true,
             mode: Mode::Default,
             recording_copies: RecordingCopies::Each,
@@ -442,6 +449,9 @@ impl CompileConfig {
         }
         if let Some((k, v)) = get("BURN_COMPILE_COLUMN_SUMS") {
             self.column_sums = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_VIEW_COPIES") {
+            self.view_copies = parse_bool(&k, &v)?;
         }
         if let Some((k, v)) = get("BURN_COMPILE_VECTORIZE") {
             self.vectorize = parse_bool(&k, &v)?;

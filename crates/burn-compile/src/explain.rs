@@ -206,6 +206,18 @@ impl fmt::Display for Explanation {
     }
 }
 
+/// How a GPU target with `rules` would plan a graph of `ops` (e.g. a graph file's, captured on
+/// a CPU), built here without that device: one graph, reported as [`explain`] reports one — its
+/// generated kernels, library matmuls and column sums, and its executable, one line per launch.
+/// What `burn-compile-plan` prints.
+pub fn explain_plan(
+    ops: &[burn_ir::OperationIr],
+    config: &crate::CompileConfig,
+    rules: burn_compile_runtime::targets::rules::GpuRules,
+) -> Explanation {
+    Explanation::from_records(vec![crate::plan_cache::plan_by_rules(ops, config, rules)])
+}
+
 pub(crate) fn close_all(reason: BreakReason, region_end: bool) {
     registry::for_each(|c| c.close_current(reason, None, region_end));
 }

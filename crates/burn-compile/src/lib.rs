@@ -40,6 +40,7 @@ mod stance;
 pub use burn_compile_disk_cache::ImportReport;
 pub use burn_compile_runtime::KernelBuild;
 pub use burn_compile_runtime::profile::{StepTime, set_replay_profiling, take_replay_profile};
+pub use burn_compile_runtime::targets::rules::GpuRules;
 pub use capture::{BreakReason, CompileChannel, CompileClient, GraphBreak, SameBackendBridge};
 pub use config::{
     CompileConfig, ConfigError, DynamicShapes, Faults, Mode, RecordingCopies, config_for, configure,
@@ -47,7 +48,9 @@ pub use config::{
 pub use diagnostics::{GraphRecord, PlannedMemory};
 pub use dims::{Dim, DimError, MarkDynamic, mark_dynamic};
 pub use disk_cache::{cache_usage, export_cache, import_cache};
-pub use explain::{Explanation, FullGraphError, explain, fullgraph, mark_step, take_error};
+pub use explain::{
+    Explanation, FullGraphError, explain, explain_plan, fullgraph, mark_step, take_error,
+};
 pub use jit::{Jit, JitStats, StepBackend, StepTensors, jit, jit_train};
 pub use logs::{TOPICS as LOG_TOPICS, init_logs};
 pub use metrics::{Metrics, cached_plans, metrics};

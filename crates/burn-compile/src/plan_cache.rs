@@ -22,6 +22,7 @@ use crate::diagnostics::GraphRecord;
 use crate::dims::Dim;
 use burn_compile_graph::{GraphKey, KeyWriter, op_listing, op_name};
 use burn_compile_runtime::targets::Lowering;
+use burn_compile_runtime::targets::rules::GpuRules;
 use burn_compile_runtime::{Executable, InnerDevice, panic_message};
 use burn_compile_schedule::{
     AttentionGroup, ColumnGroup, FusedKernel, MatmulGroup, Plan, ScheduleOptions, schedule,
@@ -45,6 +46,7 @@ struct PlanConfig {
     memory_planning: bool,
     horizontal_fusion: bool,
     column_sums: bool,
+    view_copies: bool,
     dynamic: DynamicShapes,
     /// The injected faults (hashed): a plan compiled with one is never reused without it.
     faults: u64,
@@ -63,6 +65,7 @@ impl From<&CompileConfig> for PlanConfig {
             memory_planning: c.memory_planning,
             horizontal_fusion: c.horizontal_fusion,
             column_sums: c.column_sums,
+            view_copies: c.view_copies,
             dynamic: c.dynamic,
             faults: {
                 use std::hash::{Hash, Hasher};
@@ -90,6 +93,8 @@ pub(crate) struct Accepts<'a> {
     pub column: Option<&'a dyn Fn(&ColumnGroup) -> bool>,
     /// Column sums like this one launched together.
     pub horizontal_columns: Option<&'a dyn Fn(&ColumnGroup) -> bool>,
+    /// Copies of swapped views that products read.
+    pub view_copies: Option<&'a dyn Fn(&FusedKernel) -> bool>,
 }
 
 #[derive(Default)]
@@ -501,6 +506,9 @@ impl PlanCache {
             attention: attention.as_ref().filter(|_| !is_symbolic).map(|f| f as _),
             column: accepts.column.filter(|_| config.column_sums),
             horizontal_columns: accepts.horizontal_columns,
+            view_copies: accepts
+                .view_copies
+                .filter(|_| config.fusion && config.view_copies),
             memory_planning: config.memory_planning && !is_symbolic,
             symbolic_sizes: &symbolic_sizes,
         };
@@ -581,6 +589,7 @@ pub(crate) fn plan_on<B: BackendIr>(
     let accepts_column = kernels.map(|k| move |group: &_| k.lower(Lowering::Column(group)));
     let accepts_horizontal_columns =
         kernels.map(|k| move |group: &_| k.lower(Lowering::HorizontalColumns(group)));
+    let accepts_view_copy = kernels.map(|k| move |kernel: &_| k.lower(Lowering::ViewCopy(kernel)));
     let accepts_attention = kernels.map(|k| {
         move |group: &_| k.lower(Lowering::Attention(group)) && !inner.attention_lost(group)
     });
@@ -596,9 +605,48 @@ pub(crate) fn plan_on<B: BackendIr>(
             attention: accepts_attention.as_ref().map(|f| f as _),
             column: accepts_column.as_ref().map(|f| f as _),
             horizontal_columns: accepts_horizontal_columns.as_ref().map(|f| f as _),
+            view_copies: accepts_view_copy.as_ref().map(|f| f as _),
         },
         declared,
     )
+}
+
+/// [`PlanCache::plan`] for a graph as a GPU target with `rules` would first plan it, on a
+/// machine without that device: its kernels, library matmuls and column sums by the target's
+/// rules; attention steps as before any autotune has timed them.
+pub(crate) fn plan_by_rules(
+    ops: &[OperationIr],
+    config: &CompileConfig,
+    rules: GpuRules,
+) -> GraphRecord {
+    let mut keys = KeyWriter::new();
+    for op in ops {
+        keys.push(op);
+    }
+    let fused = move |kernel: &_| rules.lowers(Lowering::Kernel(kernel));
+    let matmul = move |group: &_| rules.lowers(Lowering::Matmul(group));
+    let attention = move |group: &_| rules.lowers(Lowering::Attention(group));
+    let column = move |group: &_| rules.lowers(Lowering::Column(group));
+    let horizontal_columns = move |group: &_| rules.lowers(Lowering::HorizontalColumns(group));
+    let view_copy = move |kernel: &_| rules.lowers(Lowering::ViewCopy(kernel));
+    let (_, mut record, _) = PlanCache::default().plan(
+        &keys,
+        ops,
+        config,
+        true,
+        Accepts {
+            fused: Some(&fused),
+            max_kernel_buffers: rules.max_kernel_buffers(),
+            matmul: Some(&matmul),
+            attention: Some(&attention),
+            column: Some(&column),
+            horizontal_columns: Some(&horizontal_columns),
+            view_copies: Some(&view_copy),
+        },
+        &[],
+    );
+    record.region_end = true;
+    record
 }
 
 /// Test-only fault (`Faults::wrong_kernel`): every generated kernel computes
@@ -645,6 +693,7 @@ fn eager_plan(ops: &[OperationIr]) -> Plan {
             attention: None,
             column: None,
             horizontal_columns: None,
+            view_copies: None,
             memory_planning: false,
             symbolic_sizes: &[],
         },

@@ -1317,21 +1317,52 @@ fn gpu_a_transformer_layers_gradient_sums_launch_together_and_match_eager() {
         ran.horizontal_column_kernels >= 2,
         "they ran together, not one by one: {ran:?}"
     );
-    let want = transformer_layer_grads(&eager, &x);
+    assert_transformer_layer_grads(&got, &transformer_layer_grads(&eager, &x));
+}
+
+/// A transformer layer's compiled gradients against eager's: through attention's softmax and
+/// two layer norms' backward passes, each sum added in its own order, as the layer norm test's
+/// tolerance on wgpu. On CUDA the products run on TF32 tensor cores on both sides, in other
+/// orders (`tol()`): an H100 gave a β gradient 1.3e-3 relative off eager's (2026-12-07).
+fn assert_transformer_layer_grads(got: &[TensorData], want: &[TensorData]) {
     assert_eq!(got.len(), want.len());
-    // Through attention's softmax and two layer norms' backward passes, each sum added in its
-    // own order: as the layer norm test's tolerance on wgpu. On CUDA the products run on TF32
-    // tensor cores on both sides, in other orders (`tol()`): an H100 gave a β gradient
-    // 1.3e-3 relative off eager's (2026-12-07).
     let tol = if cfg!(feature = "cuda") {
         tol()
     } else {
         Tolerance::relative(1e-3).set_absolute(1e-5)
     };
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
         println!("checking gradient {i} {:?}", g.shape);
         g.assert_approx_eq::<f32>(w, tol);
     }
+}
+
+/// A transformer encoder layer's attention heads (q, k and v split out of the model dimension,
+/// the context and the gradients merged back): each swapped view that products read is copied
+/// contiguous once, by a generated kernel (`view_copies`), q's, k's and v's together; every
+/// parameter's gradient matches eager's.
+#[test]
+fn gpu_attention_heads_are_copied_once_and_the_layers_gradients_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let (eager, compiled, x) = transformer_layer();
+    let (got, report) = explain(|| transformer_layer_grads(&compiled, &x));
+    let kernels: Vec<&String> = report.graphs.iter().flat_map(|g| &g.kernels).collect();
+    let copies = kernels
+        .iter()
+        .filter(|k| k.starts_with("copy of a swapped view"))
+        .count();
+    // Forward: q, k, v and the context merged back; backward: the context's gradient split into
+    // heads (read by two products), and the gradients of q, k and v merged back.
+    assert!(copies >= 8, "the heads' views are copied: {report}");
+    assert!(
+        kernels
+            .iter()
+            .any(|k| k.starts_with("horizontal kernel of 3 pointwise kernels")),
+        "q's, k's and v's copies launch together: {report}"
+    );
+    assert_transformer_layer_grads(&got, &transformer_layer_grads(&eager, &x));
 }
 
 /// The child of `gpu_a_transformer_layers_gradients_match_eager_with_every_kernel_failing`

@@ -899,11 +899,7 @@ impl<B: BackendIr> InnerDevice<B> {
     ) -> Result<bool, String> {
         let target = self.plan_target();
         let mut handles = self.handles();
-        let inputs: Vec<B::FloatTensorPrimitive> = group
-            .inputs
-            .iter()
-            .map(|slot| float_input::<B>(&mut handles, slot_input(ops, slot)))
-            .collect();
+        let inputs = kernel_inputs::<B>(&mut handles, ops, group);
         if self.inject_failure.load(Ordering::Relaxed) {
             return Err("failure injected (inject_kernel_failure)".into());
         }
@@ -1013,13 +1009,7 @@ impl<B: BackendIr> InnerDevice<B> {
         let mut handles = self.handles();
         let inputs: Vec<Vec<B::FloatTensorPrimitive>> = members
             .iter()
-            .map(|m| {
-                m.group
-                    .inputs
-                    .iter()
-                    .map(|slot| float_input::<B>(&mut handles, slot_input(ops, slot)))
-                    .collect()
-            })
+            .map(|m| kernel_inputs::<B>(&mut handles, ops, m.group))
             .collect();
         if self.inject_failure.load(Ordering::Relaxed) {
             return Err("failure injected (inject_kernel_failure)".into());
@@ -1333,6 +1323,26 @@ fn register_outputs<B: BackendIr>(
             handles.remove_handle(t.id);
         }
     }
+}
+
+/// The inputs of `group`'s kernel, in kernel order; one the group reads through a swap
+/// (`FusedGroup::swapped_inputs`) as that view, by the inner backend's own `swap_dims`
+/// (metadata only).
+fn kernel_inputs<B: BackendIr>(
+    handles: &mut HandleContainer<B::Handle>,
+    ops: &[OperationIr],
+    group: &FusedGroup,
+) -> Vec<B::FloatTensorPrimitive> {
+    let mut inputs: Vec<B::FloatTensorPrimitive> = group
+        .inputs
+        .iter()
+        .map(|slot| float_input::<B>(handles, slot_input(ops, slot)))
+        .collect();
+    for &(input, a, b) in &group.swapped_inputs {
+        let t = &mut inputs[input as usize];
+        *t = B::float_swap_dims(t.clone(), a as usize, b as usize);
+    }
+    inputs
 }
 
 /// The inner float tensor of `t`, read (its handle stays registered).

@@ -196,6 +196,11 @@ pub struct ScheduleOptions<'a> {
     /// storage buffers per shader, less what the runtime binds itself); a larger group is
     /// split into kernels that fit. `usize::MAX`: no limit.
     pub max_kernel_buffers: usize,
+    /// Copy a swapped view that products read and cannot read in place (attention's heads)
+    /// contiguous once, by a generated kernel at the swap's place, each kept only when the
+    /// target accepts it ([`FusedGroup::swapped_inputs`]). `None`: the products copy it at
+    /// each read, or read it in place (the CPU's). Not in symbolic plans.
+    pub view_copies: Option<&'a dyn Fn(&FusedKernel) -> bool>,
     /// Launch fused kernels that run the same program over independent tensors (an
     /// optimizer's per-parameter updates) as one kernel ([`HorizontalGroup`]).
     pub horizontal: bool,

@@ -236,6 +236,7 @@ fn a_target_that_refuses_the_call_keeps_the_parts() {
             attention: Some(refuse),
             column: None,
             horizontal_columns: None,
+            view_copies: None,
             memory_planning: true,
             symbolic_sizes: &[],
         },

@@ -223,6 +223,7 @@ fn plan_of(
         attention: None,
         column: None,
         horizontal_columns: None,
+        view_copies: None,
         memory_planning: true,
         symbolic_sizes: &[],
     };
@@ -782,6 +783,7 @@ fn a_repeated_op_run_alone_shares_the_first_result() {
         attention: None,
         column: None,
         horizontal_columns: None,
+        view_copies: None,
         memory_planning: true,
         symbolic_sizes: &[],
     };
@@ -817,6 +819,7 @@ fn plan_within(ops: &[OperationIr], max_kernel_buffers: usize) -> burn_compile_s
             attention: None,
             column: None,
             horizontal_columns: None,
+            view_copies: None,
             memory_planning: true,
             symbolic_sizes: &[],
         },
@@ -1101,6 +1104,7 @@ fn symbolic_sizes_make_a_groups_dimensions_dynamic() {
         attention: None,
         column: None,
         horizontal_columns: None,
+        view_copies: None,
         memory_planning: false,
         symbolic_sizes: symbolic,
     };

@@ -33,6 +33,7 @@ mod horizontal;
 mod inner_panic;
 mod jit;
 mod loop_settles;
+mod plan_offline;
 mod recompile_limit;
 mod shapes;
 mod soak;

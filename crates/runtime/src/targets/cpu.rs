@@ -330,7 +330,11 @@ impl<T: HostTensor> KernelTarget<T> for CpuTarget<T> {
                 matches!(group.dtype, DType::F32 | DType::F64) && T::DTYPES.contains(&group.dtype)
             }
             // Host sums gain nothing from one call: each runs on its own.
-            Lowering::Matmul(_) | Lowering::Attention(_) | Lowering::HorizontalColumns(_) => false,
+            // Flex's and NdArray's products read strided views in place: a copy only costs.
+            Lowering::Matmul(_)
+            | Lowering::Attention(_)
+            | Lowering::HorizontalColumns(_)
+            | Lowering::ViewCopy(_) => false,
         }
     }
 

@@ -122,20 +122,6 @@ impl CuBlasLt {
         })
     }
 
-    /// Whether cuBLASLt has a matmul for `group` (its dtype). A fused bias gradient only in
-    /// f16 and bf16: in f32 the call computes on TF32 tensor cores, and its bias gradient sums
-    /// the TF32-rounded `dy` (measured on an H100: ~2 % off eager's f32 sum over 4096 rows), where
-    /// a column sum adds the f32 values.
-    pub fn accepts(group: &MatmulGroup) -> bool {
-        let dtype = matches!(
-            group.dtype,
-            DType::F32 | DType::F16 | DType::BF16 | DType::F64
-        );
-        let bias_grad =
-            group.bias_grad.is_none() || matches!(group.dtype, DType::F16 | DType::BF16);
-        dtype && bias_grad
-    }
-
     /// Runs `group` over `inputs` (the operation's inputs, in its order) and its `epilogue`
     /// into a new contiguous tensor of `out_shape` (or `into[0]`), and a fused bias gradient
     /// into a vector of `m` elements (or `into[1]`): the outputs in that order. `Ok(None)`: one
@@ -552,7 +538,7 @@ fn types(
         DType::F16 => (CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F),
         DType::BF16 => (CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUDA_R_32F),
         DType::F64 => (CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F),
-        other => unreachable!("`CuBlasLt::accepts` refused {other:?}"),
+        other => unreachable!("`rules::library_matmul_lowers` refused {other:?}"),
     }
 }
 

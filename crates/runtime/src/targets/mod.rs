@@ -17,6 +17,7 @@ mod cublaslt;
 mod cuda_graph;
 #[cfg(feature = "cuda")]
 mod cudnn;
+pub mod rules;
 
 use burn_backend::DType;
 use burn_backend::ops::ConvOptions;
@@ -50,6 +51,9 @@ pub enum Lowering<'a> {
     /// Column sums like this group's (its dimensions and dtype) over independent tensors as
     /// one launch ([`Work::HorizontalColumns`]).
     HorizontalColumns(&'a ColumnGroup),
+    /// A generated kernel copying a swapped view contiguous for the products that read it:
+    /// asked of a target whose products would copy it at each read.
+    ViewCopy(&'a FusedKernel),
 }
 
 /// One launch of a replay, over the inner backend's tensors.
@@ -271,7 +275,7 @@ pub fn target_for<T: 'static>(device: &dyn Any) -> Option<Arc<dyn KernelTarget<T
         return Some(t);
     }
     #[cfg(feature = "wgpu")]
-    if let Some(t) = cube::target::<T, burn_wgpu::WgpuRuntime>(&[DType::F32], device) {
+    if let Some(t) = cube::target::<T, burn_wgpu::WgpuRuntime>(rules::WGPU_DTYPES, device) {
         return Some(t);
     }
     #[cfg(feature = "cuda")]
@@ -312,7 +316,6 @@ mod cuda {
     use super::cublaslt::CuBlasLt;
     use super::cudnn::CuDnn;
     use super::{KernelTarget, Lowering, Work};
-    use burn_backend::DType;
     use burn_cubecl::cubecl::cuda::CudaRuntime;
     use burn_cubecl::tensor::CubeTensor;
     use std::any::{Any, TypeId};
@@ -387,7 +390,7 @@ mod cuda {
         }
         let device = device.downcast_ref()?;
         let target: Arc<dyn KernelTarget<Tensor>> = Arc::new(CudaTarget {
-            kernels: CubeTarget::new(&[DType::F32, DType::F16, DType::BF16, DType::F64], device),
+            kernels: CubeTarget::new(super::rules::CUDA_DTYPES, device),
             graphs: super::cuda_graph::CudaGraphs::new(
                 <CudaRuntime as burn_cubecl::cubecl::Runtime>::client(device),
             ),
@@ -414,7 +417,9 @@ mod cuda {
 
         fn lower(&self, work: Lowering<'_>) -> bool {
             match work {
-                Lowering::Matmul(group) => self.blas.is_some() && CuBlasLt::accepts(group),
+                Lowering::Matmul(group) => {
+                    self.blas.is_some() && super::rules::library_matmul_lowers(group)
+                }
                 other => self.kernels.lower(other),
             }
         }
@@ -1240,10 +1245,6 @@ mod cube {
             .map_err(|payload| crate::panic_message(&*payload))
         }
 
-        pub(super) fn accepts_attention(&self, group: &AttentionGroup) -> bool {
-            self.dtypes.contains(&group.dtype)
-        }
-
         pub(super) fn attention(
             &self,
             group: &AttentionGroup,
@@ -1324,15 +1325,7 @@ mod cube {
 
     impl<R: CubeRuntime> KernelTarget<CubeTensor<R>> for CubeTarget<R> {
         fn lower(&self, work: Lowering<'_>) -> bool {
-            match work {
-                Lowering::Kernel(kernel) => self.accepts(kernel),
-                Lowering::Attention(group) => self.accepts_attention(group),
-                Lowering::Column(group) => self.dtypes.contains(&group.dtype),
-                Lowering::HorizontalColumns(group) => {
-                    self.dtypes.contains(&group.dtype) && group.dims[3] == 1
-                }
-                Lowering::Matmul(_) => false,
-            }
+            super::rules::cube_lowers(self.dtypes, work)
         }
 
         fn max_kernel_buffers(&self) -> usize {

@@ -85,6 +85,11 @@ pub struct FusedGroup {
     /// the kernel (a plan specialized on every shape).
     #[serde(default)]
     pub dynamic: Vec<bool>,
+    /// Kernel inputs read through a swap of two of their dimensions, as `(input, dim1, dim2)`:
+    /// the group copies a swapped view contiguous (`view_copies`), and the runtime binds the
+    /// swap's input as that view. Empty for every other kernel.
+    #[serde(default)]
+    pub swapped_inputs: Vec<(u16, u8, u8)>,
 }
 
 impl FusedGroup {
@@ -109,7 +114,9 @@ impl FusedGroup {
                 _ => None,
             })
             .collect();
-        let kind = if let Some(row) = &self.kernel.row {
+        let kind = if !self.swapped_inputs.is_empty() {
+            "copy of a swapped view".to_string()
+        } else if let Some(row) = &self.kernel.row {
             format!(
                 "row kernel, reductions [{}], {} units per row × {} rows per cube",
                 reductions.join(", "),
@@ -832,6 +839,7 @@ fn build(
         scalars,
         shape,
         dynamic: Vec::new(),
+        swapped_inputs: Vec::new(),
     }
 }
 

@@ -9,6 +9,7 @@ mod horizontal;
 mod horizontal_columns;
 mod kernel;
 mod matmul;
+mod view_copies;
 
 pub use attention::{AttentionGroup, attention_groups};
 pub use column::{ColumnGroup, column_groups, column_layout};
@@ -67,13 +68,15 @@ pub(crate) trait Fuser: Sync {
 
 /// The fusers, in the order they are tried: attention first (its products and softmax are not
 /// the other kinds'), library matmuls next (the operations of an epilogue are not a generated
-/// kernel's), column sums next (a bias gradient is the matmuls' only where they fuse it),
-/// generated kernels next, then the horizontal groups of generated kernels, and last those of
-/// column sums (which move past the others' steps, so see them placed).
+/// kernel's), column sums next (a bias gradient is the matmuls' only where they fuse it), the
+/// copies of swapped views that products read, generated kernels next, then the horizontal
+/// groups of generated kernels (the copies' among them), and last those of column sums (which
+/// move past the others' steps, so see them placed).
 pub(crate) static FUSERS: &[&dyn Fuser] = &[
     &attention::AttentionFuser,
     &matmul::MatmulFuser,
     &column::ColumnFuser,
+    &view_copies::ViewCopyFuser,
     &kernel::KernelFuser,
     &horizontal::HorizontalFuser,
     &horizontal_columns::HorizontalColumnFuser,

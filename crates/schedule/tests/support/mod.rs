@@ -214,18 +214,18 @@ pub fn plan(ops: &[OperationIr], matmul: bool, attention: bool) -> Plan {
 
 /// [`plan`] with column sums (the target accepting every one).
 pub fn plan_with_columns(ops: &[OperationIr]) -> Plan {
-    plan_of(ops, false, false, false, usize::MAX, true)
+    plan_of(ops, false, false, false, usize::MAX, true, false)
 }
 
 /// [`plan`] with column sums, those of one shape launched together (the target accepting
 /// every one and every group).
 pub fn plan_with_horizontal_columns(ops: &[OperationIr]) -> Plan {
-    plan_of(ops, false, false, true, usize::MAX, true)
+    plan_of(ops, false, false, true, usize::MAX, true, false)
 }
 
 /// [`plan`] with library matmuls and column sums (each kind accepted).
 pub fn plan_with_matmul_and_columns(ops: &[OperationIr]) -> Plan {
-    plan_of(ops, true, false, false, usize::MAX, true)
+    plan_of(ops, true, false, false, usize::MAX, true, false)
 }
 
 /// [`plan`] with horizontal fusion as asked, within `max_kernel_buffers` per kernel.
@@ -243,6 +243,7 @@ pub fn plan_with(
         horizontal,
         max_kernel_buffers,
         false,
+        false,
     )
 }
 
@@ -253,6 +254,7 @@ fn plan_of(
     horizontal: bool,
     max_kernel_buffers: usize,
     column: bool,
+    view_copies: bool,
 ) -> Plan {
     schedule(
         ops,
@@ -266,10 +268,17 @@ fn plan_of(
             attention: attention.then_some(&every::<AttentionGroup>),
             column: column.then_some(&every::<ColumnGroup>),
             horizontal_columns: (column && horizontal).then_some(&every::<ColumnGroup>),
+            view_copies: view_copies.then_some(&every::<FusedKernel>),
             memory_planning: true,
             symbolic_sizes: &[],
         },
     )
+}
+
+/// The graph's plan as a CUDA-like target builds it: generated kernels, library matmuls,
+/// copies of swapped views that products read (`view_copies`), horizontal fusion as asked.
+pub fn plan_with_view_copies(ops: &[OperationIr], view_copies: bool, horizontal: bool) -> Plan {
+    plan_of(ops, true, false, horizontal, usize::MAX, false, view_copies)
 }
 
 /// The drop of `t` (`t`'s status as the drop reads it: `ReadWrite`).
