@@ -65,6 +65,9 @@ pub struct GraphRecord {
     /// Its plan is symbolic: the sizes of this graph that its fused kernels take as runtime
     /// values (sorted; empty for a plan specialized on every size).
     pub symbolic_sizes: Vec<u64>,
+    /// For a plan built without its device ([`crate::explain_plan`]): the copies its library
+    /// matmuls and reshapes will make outside it, counted from the layouts its steps make.
+    pub copies_outside: Option<burn_compile_schedule::OperandCopies>,
     /// What ended the graph.
     pub ended_by: GraphBreak,
     /// The graph ended because an `explain`/`fullgraph` region ended, not because of a break.

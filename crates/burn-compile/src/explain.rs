@@ -173,6 +173,14 @@ impl fmt::Display for Explanation {
             if !g.eager_ops.is_empty() {
                 writeln!(f, "  on the inner backend: {}", counted(&g.eager_ops))?;
             }
+            if let Some(copies) = &g.copies_outside {
+                writeln!(
+                    f,
+                    "  copies outside the plan (from its layouts): {} library matmul(s) copy an \
+                     operand first, {} reshape(s) copy their input",
+                    copies.matmuls, copies.reshapes
+                )?;
+            }
             if let Some(changes) = &g.recompile {
                 writeln!(f, "  recompiled: {changes}")?;
             }

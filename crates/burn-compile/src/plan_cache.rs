@@ -354,6 +354,7 @@ impl PlanCache {
             } else {
                 Vec::new()
             },
+            copies_outside: None,
         };
         (plan, record, error)
     }
@@ -629,7 +630,7 @@ pub(crate) fn plan_by_rules(
     let column = move |group: &_| rules.lowers(Lowering::Column(group));
     let horizontal_columns = move |group: &_| rules.lowers(Lowering::HorizontalColumns(group));
     let view_copy = move |kernel: &_| rules.lowers(Lowering::ViewCopy(kernel));
-    let (_, mut record, _) = PlanCache::default().plan(
+    let (plan, mut record, _) = PlanCache::default().plan(
         &keys,
         ops,
         config,
@@ -646,6 +647,7 @@ pub(crate) fn plan_by_rules(
         &[],
     );
     record.region_end = true;
+    record.copies_outside = Some(burn_compile_schedule::operand_copies(ops, &plan));
     record
 }
 

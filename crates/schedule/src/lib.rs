@@ -12,9 +12,9 @@ mod memory;
 
 pub use fusers::{
     AttentionGroup, ColumnGroup, FusedGroup, Gemm, GemmOperand, HorizontalColumnGroup,
-    HorizontalGroup, MAX_HELD_BYTES, MAX_HORIZONTAL_BUFFERS, MatmulGroup, MatmulKind, Residual,
-    Slot, attention_groups, batch_summed_gemm, column_groups, column_layout, fused_groups, gemm,
-    matmul_groups, scalar_operand, scale_alpha,
+    HorizontalGroup, MAX_HELD_BYTES, MAX_HORIZONTAL_BUFFERS, MatmulGroup, MatmulKind,
+    OperandCopies, Residual, Slot, attention_groups, batch_summed_gemm, column_groups,
+    column_layout, fused_groups, gemm, matmul_groups, operand_copies, scalar_operand, scale_alpha,
 };
 pub use kernel::{BinaryOp, Constant, FusedKernel, Instr, ReduceOp, RowLayout, UnaryOp};
 pub use memory::{MemoryPlan, memory_plan};

@@ -3,7 +3,7 @@
 
 use TensorStatus::*;
 use burn_backend::DType;
-use burn_compile_schedule::{Plan, Step};
+use burn_compile_schedule::{OperandCopies, Plan, Step, operand_copies};
 use burn_ir::{OperationIr, TensorIr, TensorStatus};
 
 mod support;
@@ -133,6 +133,24 @@ fn without_view_copies_the_swaps_stay_views() {
             "swap {op} runs as a view"
         );
     }
+}
+
+#[test]
+fn the_copies_replace_those_the_products_and_reshapes_would_make() {
+    let ops = attention_forward();
+    // Without them: the scores' product copies q and kᵀ, the context's v, and the reshape
+    // merging the context's heads copies it.
+    let plain = plan_with_view_copies(&ops, false, true);
+    assert_eq!(
+        operand_copies(&ops, &plain),
+        OperandCopies {
+            matmuls: 2,
+            reshapes: 1
+        }
+    );
+    // With them every product and reshape reads a layout it takes in place.
+    let plan = plan_with_view_copies(&ops, true, true);
+    assert_eq!(operand_copies(&ops, &plan), OperandCopies::default());
 }
 
 #[test]

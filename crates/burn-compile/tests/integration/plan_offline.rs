@@ -68,7 +68,7 @@ fn an_attention_layer_captured_on_the_cpu_is_planned_for_cuda_and_wgpu() {
 
     let (status, cuda) = plan(&file, &["--dtype", "bf16"]);
     assert_eq!(status, Some(0), "{cuda}");
-    assert!(cuda.contains("library matmul"), "{cuda}");
+    assert!(cuda.contains("library matmul:"), "{cuda}");
     assert!(cuda.contains("BF16") && !cuda.contains("F32"), "{cuda}");
     // Forward: q, k, v (one launch) and the context merged back; backward: the context's
     // gradient split into heads, and q's, k's and v's gradients merged back.
@@ -79,10 +79,15 @@ fn an_attention_layer_captured_on_the_cpu_is_planned_for_cuda_and_wgpu() {
         "{cuda}"
     );
     assert!(cuda.contains("executable:"), "{cuda}");
+    // Every product and reshape then reads a layout it takes in place.
+    assert!(
+        cuda.contains("0 library matmul(s) copy an operand first, 0 reshape(s) copy"),
+        "{cuda}"
+    );
 
     let (status, wgpu) = plan(&file, &["--target", "wgpu", "--max-buffers", "15"]);
     assert_eq!(status, Some(0), "{wgpu}");
-    assert!(!wgpu.contains("library matmul"), "{wgpu}");
+    assert!(!wgpu.contains("library matmul:"), "{wgpu}");
     assert!(wgpu.contains("copy of a swapped view"), "{wgpu}");
 
     let mut without = GraphFile::read(&file).unwrap();
@@ -91,6 +96,12 @@ fn an_attention_layer_captured_on_the_cpu_is_planned_for_cuda_and_wgpu() {
     let (status, plain) = plan(&written, &[]);
     assert_eq!(status, Some(0), "{plain}");
     assert!(!plain.contains("copy of a swapped view"), "{plain}");
+    // Without them, the products and the heads' merging reshapes copy: q and kᵀ, v, the
+    // output gradient's heads, k, q (six calls), the context and three gradients (four).
+    assert!(
+        plain.contains("6 library matmul(s) copy an operand first, 4 reshape(s) copy"),
+        "{plain}"
+    );
 
     for bad in [
         &["--target", "tpu"][..],

@@ -20,6 +20,7 @@ pub use matmul::{
     Gemm, GemmOperand, MatmulGroup, MatmulKind, Residual, batch_summed_gemm, gemm, matmul_groups,
     scale_alpha,
 };
+pub use view_copies::{OperandCopies, operand_copies};
 
 use crate::{ScheduleOptions, Step};
 use burn_ir::OperationIr;

@@ -91,6 +91,73 @@ impl Fuser for ViewCopyFuser {
     }
 }
 
+/// The copies a plan's steps will still make outside it, found from the layouts the plan
+/// makes (see [`operand_copies`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OperandCopies {
+    /// Library matmuls that copy an operand first (a batch that does not fold into one stride,
+    /// a layout the call cannot read).
+    pub matmuls: usize,
+    /// Reshapes run on the inner backend over a tensor that is not contiguous (the runtime
+    /// copies it).
+    pub reshapes: usize,
+}
+
+/// The copies `plan`'s library matmuls and reshapes will make outside the plan, counted from
+/// the layouts its steps make (a graph input taken as contiguous): what the device's runtime
+/// copies at replay, found without it (`burn-compile-plan`).
+pub fn operand_copies(ops: &[OperationIr], plan: &crate::Plan) -> OperandCopies {
+    let mut producer: FxHashMap<u64, usize> = FxHashMap::default();
+    for (i, op) in ops.iter().enumerate() {
+        for t in op.outputs() {
+            producer.insert(t.id.value(), i);
+        }
+    }
+    let copied: rustc_hash::FxHashSet<u64> = plan
+        .fused
+        .iter()
+        .filter(|g| !g.swapped_inputs.is_empty())
+        .flat_map(|g| g.outputs.iter())
+        .filter_map(|slot| ops[slot.op as usize].outputs().nth(slot.pos as usize))
+        .map(|t| t.id.value())
+        .collect();
+    let mut found = OperandCopies::default();
+    for group in &plan.matmul {
+        let inputs: Vec<&burn_ir::TensorIr> = ops[group.op as usize].inputs().collect();
+        let Some(strides) = inputs
+            .iter()
+            .map(|t| layout(ops, &producer, &copied, t))
+            .collect::<Option<Vec<_>>>()
+        else {
+            continue;
+        };
+        let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape.as_slice()).collect();
+        let strides: Vec<&[usize]> = strides.iter().map(Vec::as_slice).collect();
+        let out = ops[group.output_op() as usize]
+            .outputs()
+            .next()
+            .expect("a matmul has an output");
+        if group
+            .gemm(&shapes, &strides, out.shape.as_slice())
+            .is_none()
+        {
+            found.matmuls += 1;
+        }
+    }
+    for step in &plan.steps {
+        let crate::Step::Eager { op } = step else {
+            continue;
+        };
+        let OperationIr::BaseFloat(BaseOperationIr::Reshape(r)) = &ops[*op as usize] else {
+            continue;
+        };
+        if layout(ops, &producer, &copied, &r.input).is_some_and(|s| s != packed(&r.input)) {
+            found.reshapes += 1;
+        }
+    }
+    found
+}
+
 /// The strides (in elements) of tensor `t` where it is made, when known: the
 /// output of an operation that is not a view, a graph input (as the caller's tensors almost
 /// always are: the copy reads any layout, only the choice assumes it) and a copy of this fuser
