@@ -29,7 +29,8 @@ impl Fuser for ViewCopyFuser {
         let Some(accepts) = options.view_copies else {
             return;
         };
-        // A symbolic plan's kernels take their sizes at run time; these copies are not worth it.
+        // The copies are specialized on every size; a symbolic plan, whose kernels take some
+        // sizes at run time, keeps its views (the products copy them, as before).
         if !options.symbolic_sizes.is_empty() {
             return;
         }
