@@ -63,6 +63,31 @@ fn pointwise_transposed_input() {
     );
 }
 
+/// A view copy (`view_copies`): attention's heads, `[2, 8, 4, 16]` swapped to `[2, 4, 8, 16]`,
+/// loaded through the swapped strides and stored contiguous, four elements a load (the head
+/// dimension stays the unit-stride one).
+#[test]
+fn view_copy_of_swapped_heads() {
+    let k = FusedKernel {
+        dtype: DType::F32,
+        rank: 4,
+        inputs: vec![vec![false; 4]],
+        outputs: 1,
+        scalars: 0,
+        program: vec![
+            burn_compile_schedule::Instr::Load { input: 0 },
+            burn_compile_schedule::Instr::Store {
+                output: 0,
+                value: 0,
+            },
+        ],
+        row: None,
+    };
+    let layout = LaunchLayout::new(&k, &[2, 4, 8, 16], &[&[512, 16, 64, 1]]).vectorize(&k, 4);
+    assert_eq!(layout.vector, 4);
+    snapshot_over("view_copy_of_swapped_heads", &k, &layout);
+}
+
 /// Layouts that read the same elements are one kernel: a broadcast dimension's stride is not
 /// part of it.
 #[test]
