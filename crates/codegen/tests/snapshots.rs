@@ -68,21 +68,7 @@ fn pointwise_transposed_input() {
 /// dimension stays the unit-stride one).
 #[test]
 fn view_copy_of_swapped_heads() {
-    let k = FusedKernel {
-        dtype: DType::F32,
-        rank: 4,
-        inputs: vec![vec![false; 4]],
-        outputs: 1,
-        scalars: 0,
-        program: vec![
-            burn_compile_schedule::Instr::Load { input: 0 },
-            burn_compile_schedule::Instr::Store {
-                output: 0,
-                value: 0,
-            },
-        ],
-        row: None,
-    };
+    let k = support::view_copy();
     let layout = LaunchLayout::new(&k, &[2, 4, 8, 16], &[&[512, 16, 64, 1]]).vectorize(&k, 4);
     assert_eq!(layout.vector, 4);
     snapshot_over("view_copy_of_swapped_heads", &k, &layout);

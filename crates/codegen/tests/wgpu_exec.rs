@@ -220,21 +220,7 @@ fn generated_pointwise_kernels_match_the_reference_on_wgpu() {
     let mut heads = contiguous(&[2, 8, 4, 16], 16, -1.0, 1.0);
     heads.shape = vec![2, 4, 8, 16];
     heads.strides = vec![512, 16, 64, 1];
-    let copy = FusedKernel {
-        dtype: burn_backend::DType::F32,
-        rank: 4,
-        inputs: vec![vec![false; 4]],
-        outputs: 1,
-        scalars: 0,
-        program: vec![
-            burn_compile_schedule::Instr::Load { input: 0 },
-            burn_compile_schedule::Instr::Store {
-                output: 0,
-                value: 0,
-            },
-        ],
-        row: None,
-    };
+    let copy = support::view_copy();
     let v = check(&client, "view copy", &copy, &[2, 4, 8, 16], &[heads], &[]);
     assert_eq!(v, 4);
 

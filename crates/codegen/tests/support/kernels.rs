@@ -296,6 +296,11 @@ pub fn difference() -> FusedKernel {
     )
 }
 
+/// `out = x`, rank 4: a view copy (`view_copies`), its input read through the view's strides.
+pub fn view_copy() -> FusedKernel {
+    kernel(4, vec![vec![false; 4]], 1, 0, vec![load(0), store(0, 0)])
+}
+
 /// `y = gelu(x); z = sigmoid(y) / (tanh(x) + y)`, rank 3: `y` is written and reused.
 pub fn two_outputs() -> FusedKernel {
     kernel(
