@@ -202,7 +202,8 @@ pub fn column_layout(dims: [usize; 4], shape: &[usize], strides: &[usize]) -> Op
     strides_match(shape, strides, &want).then_some([1, reduced * trailing, inner, 1])
 }
 
-fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+/// The strides of a contiguous tensor of `shape`, in elements.
+pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![1; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         strides[d] = strides[d + 1] * shape[d + 1];

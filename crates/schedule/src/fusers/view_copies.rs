@@ -291,12 +291,7 @@ fn reaches_product(
 
 /// The contiguous strides of `t`'s shape.
 fn packed(t: &burn_ir::TensorIr) -> Vec<usize> {
-    let shape = t.shape.as_slice();
-    let mut strides = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * shape[d + 1];
-    }
-    strides
+    super::column::contiguous_strides(t.shape.as_slice())
 }
 
 /// The group of swap `op`: one kernel over the swapped shape that loads its input (bound as
