@@ -110,6 +110,12 @@ pub struct CompileConfig {
     /// together with `horizontal_fusion` (`BURN_COMPILE_VIEW_COPIES`). Off: each product copies
     /// the view it reads (CUDA and wgpu; the CPU's products read views in place either way).
     pub view_copies: bool,
+    /// A ReLU's backward reads the forward's output instead of its input where that output
+    /// still exists at the backward (the same gradient: both are positive at the same places),
+    /// so the input no longer lives until the backward and the ReLU fuses into the product
+    /// that makes it (`BURN_COMPILE_RELU_MASKS`). Off: the backward reads what autodiff
+    /// recorded.
+    pub relu_masks: bool,
     /// Generated kernels load, compute and store vectors of consecutive elements (16 bytes:
     /// 4 × f32, 8 × f16/bf16) where every buffer's layout and alignment allows, scalar code
     /// elsewhere (`BURN_COMPILE_VECTORIZE`). Off: the fused groups' kernels run scalar code;
@@ -294,6 +300,7 @@ impl Default for CompileConfig {
             horizontal_fusion: true,
             column_sums: true,
             view_copies: true,
+            relu_masks: true,
             vectorize: true,
             mode: Mode::Default,
             recording_copies: RecordingCopies::Each,
@@ -452,6 +459,9 @@ impl CompileConfig {
         }
         if let Some((k, v)) = get("BURN_COMPILE_VIEW_COPIES") {
             self.view_copies = parse_bool(&k, &v)?;
+        }
+        if let Some((k, v)) = get("BURN_COMPILE_RELU_MASKS") {
+            self.relu_masks = parse_bool(&k, &v)?;
         }
         if let Some((k, v)) = get("BURN_COMPILE_VECTORIZE") {
             self.vectorize = parse_bool(&k, &v)?;

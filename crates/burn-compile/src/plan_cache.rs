@@ -47,6 +47,7 @@ struct PlanConfig {
     horizontal_fusion: bool,
     column_sums: bool,
     view_copies: bool,
+    relu_masks: bool,
     dynamic: DynamicShapes,
     /// The injected faults (hashed): a plan compiled with one is never reused without it.
     faults: u64,
@@ -66,6 +67,7 @@ impl From<&CompileConfig> for PlanConfig {
             horizontal_fusion: c.horizontal_fusion,
             column_sums: c.column_sums,
             view_copies: c.view_copies,
+            relu_masks: c.relu_masks,
             dynamic: c.dynamic,
             faults: {
                 use std::hash::{Hash, Hasher};
@@ -296,10 +298,19 @@ impl PlanCache {
             // new sizes, and its one eager plan serves them all.
             Found::Eager(plan) => (plan, true, Duration::ZERO, None, true),
         };
-        let listing = diagnostics.then(|| op_listing(ops));
         // The `graphs` log names a new plan's eager ops even without diagnostics.
         let logged =
             !cache_hit && tracing::enabled!(target: "burn_compile::graphs", tracing::Level::DEBUG);
+        // What the plan runs, the ops as its rewrites edit them: a copy, made only for what is
+        // printed (the replay edits its own ops).
+        let rewritten;
+        let ops = if diagnostics || logged {
+            rewritten = plan.rewritten(ops);
+            &*rewritten
+        } else {
+            ops
+        };
+        let listing = diagnostics.then(|| op_listing(ops));
         let executable = (diagnostics || logged).then(|| Executable::lower(&plan, ops));
         let record = GraphRecord {
             key,
@@ -497,6 +508,7 @@ impl PlanCache {
                 }
             });
         let options = ScheduleOptions {
+            relu_masks: config.relu_masks,
             dead_code_elimination: config.dead_code_elimination,
             common_subexpressions: config.common_subexpressions,
             fused: accepts.fused.filter(|_| config.fusion),
@@ -647,7 +659,10 @@ pub(crate) fn plan_by_rules(
         &[],
     );
     record.region_end = true;
-    record.copies_outside = Some(burn_compile_schedule::operand_copies(ops, &plan));
+    record.copies_outside = Some(burn_compile_schedule::operand_copies(
+        &plan.rewritten(ops),
+        &plan,
+    ));
     record
 }
 
@@ -686,6 +701,7 @@ fn eager_plan(ops: &[OperationIr]) -> Plan {
     schedule(
         ops,
         ScheduleOptions {
+            relu_masks: false,
             dead_code_elimination: false,
             common_subexpressions: false,
             fused: None,

@@ -785,6 +785,72 @@ fn gpu_linear_relu_is_one_library_matmul_and_matches_eager() {
     params.2[0].clone().into_data().assert_eq(&d.1[0], true);
 }
 
+/// The gradients of `sum(feed_forward(x)²)` for x, both weights and both biases.
+fn ff_grads<B: burn::tensor::backend::AutodiffBackend>(
+    d: &([TensorData; 3], [TensorData; 2]),
+) -> Vec<TensorData> {
+    let device = Default::default();
+    let (x, w, b) = ff_params::<B>(d, &device);
+    let x = x.require_grad();
+    let w = w.map(|w| w.require_grad());
+    let b = b.map(|b| b.require_grad());
+    let y = feed_forward(x.clone(), &w, &b);
+    let grads = (y.clone() * y).sum().backward();
+    let mut out = vec![x.grad(&grads).unwrap().into_data()];
+    out.extend(w.iter().map(|w| w.grad(&grads).unwrap().into_data()));
+    out.extend(b.iter().map(|b| b.grad(&grads).unwrap().into_data()));
+    out
+}
+
+/// In training, autodiff keeps the ReLU's input for its backward; the plan makes the backward
+/// read the ReLU's output (`relu_masks`), so on CUDA the ReLU is still the first product's
+/// epilogue, and no kernel computes it alone; every gradient matches eager's, replayed too.
+#[test]
+fn gpu_a_relu_in_training_is_its_products_epilogue_and_gradients_match_eager() {
+    if !adapter_available() {
+        return;
+    }
+    let _config = default_config_lock();
+    let d = ff_data();
+    let want = ff_grads::<Autodiff<Eager>>(&d);
+    for run in 0..2 {
+        let (got, report) = explain(|| ff_grads::<Autodiff<C>>(&d));
+        for (g, w) in got.iter().zip(&want) {
+            g.assert_approx_eq::<f32>(w, tol());
+        }
+        let listing: String = report
+            .graphs
+            .iter()
+            .filter_map(|g| g.listing.clone())
+            .collect();
+        let relu_out = listing
+            .lines()
+            .find(|l| l.contains("burn_compile.relu("))
+            .and_then(|l| l.split(':').next())
+            .and_then(|l| l.split_whitespace().last())
+            .expect("the ReLU is in the step")
+            .to_string();
+        assert!(
+            [
+                format!("relu_backward({relu_out}!"),
+                format!("relu_backward({relu_out},")
+            ]
+            .iter()
+            .any(|read| listing.contains(read)),
+            "run {run}: the ReLU backward reads the ReLU's output {relu_out}:\n{report}"
+        );
+        if cfg!(feature = "cuda") {
+            let kernels: Vec<&String> = report.graphs.iter().flat_map(|g| &g.kernels).collect();
+            assert!(
+                kernels
+                    .iter()
+                    .any(|k| *k == "library matmul: linear, epilogue bias + relu, F32"),
+                "run {run}: {report}"
+            );
+        }
+    }
+}
+
 /// `relu(r + (a @ b) / 4)` with `r` as given: one library call on CUDA (α = 1/4, C = r, ReLU).
 fn scaled_residual<B: Backend>(a: Tensor<B, 3>, b: Tensor<B, 3>, r: Tensor<B, 3>) -> Tensor<B, 3> {
     relu(r + a.matmul(b) / 4.0)

@@ -12,6 +12,9 @@ use std::time::Instant;
 
 /// Replays a plan over the recorded ops of one graph; returns the emptied vector.
 ///
+/// The ops are first rewritten as the plan was scheduled ([`Plan::rewrite`]: a few reads edited
+/// in place).
+///
 /// The plan runs as its [`Executable`], lowered at its first replay on this device: the replay
 /// fills the scalar table from the recorded ops and walks the launches. Ops without a launch
 /// are dead, or run inside a fused kernel, and are dropped unexecuted. Ops are read in place,
@@ -29,18 +32,24 @@ pub fn execute<B: BackendIr>(
     mut ops: Vec<OperationIr>,
     plan: &Arc<Plan>,
 ) -> Vec<OperationIr> {
+    plan.rewrite(&mut ops);
     execute_ops(inner, key, &ops, plan);
     ops.clear();
     ops
 }
 
-/// [`execute`] over ops the caller keeps (a step replayed whole keeps its graph's ops).
+/// [`execute`] over ops the caller keeps (a step replayed whole keeps its graph's ops), already
+/// rewritten by the plan ([`Plan::rewrite`]).
 pub fn execute_ops<B: BackendIr>(
     inner: &InnerDevice<B>,
     key: GraphKey,
     ops: &[OperationIr],
     plan: &Arc<Plan>,
 ) {
+    debug_assert!(
+        plan.is_rewritten(ops),
+        "graph {key}: ops not rewritten by its plan"
+    );
     let executable = inner.executable(plan, ops);
     let table = executable.scalar_table(ops);
     let walk = |table: &[f64], placed: &Placed<B::FloatTensorPrimitive>| {

@@ -10,6 +10,7 @@ mod fusers;
 mod kernel;
 mod memory;
 
+pub use burn_compile_passes::InputRewrite;
 pub use fusers::{
     AttentionGroup, ColumnGroup, FusedGroup, Gemm, GemmOperand, HorizontalColumnGroup,
     HorizontalGroup, MAX_HELD_BYTES, MAX_HORIZONTAL_BUFFERS, MatmulGroup, MatmulKind,
@@ -20,10 +21,13 @@ pub use kernel::{BinaryOp, Constant, FusedKernel, Instr, ReduceOp, RowLayout, Un
 pub use memory::{MemoryPlan, memory_plan};
 
 use burn_compile_graph::Activation;
-use burn_compile_passes::{Liveness, common_subexpressions, dead_code};
+use burn_compile_passes::{
+    Liveness, apply_rewrites, common_subexpressions, dead_code, relu_backward_reads_output,
+};
 use burn_ir::OperationIr;
 use fusers::{Claims, FUSERS};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// One step of a plan.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -97,9 +101,53 @@ pub struct Plan {
     /// runtime values (fused groups read them from the replayed graph).
     #[serde(default)]
     pub symbolic: bool,
+    /// Edits of the segment's reads the plan was scheduled for ([`ScheduleOptions::relu_masks`]):
+    /// every replayed segment is rewritten with them ([`Plan::rewrite`]) before it runs.
+    #[serde(default)]
+    pub rewrites: Vec<InputRewrite>,
 }
 
 impl Plan {
+    /// Applies the plan's rewrites to a segment of its key: what the plan's steps read is then
+    /// what they were scheduled for. Idempotent.
+    pub fn rewrite(&self, ops: &mut [OperationIr]) {
+        apply_rewrites(ops, &self.rewrites);
+    }
+
+    /// `ops` as the plan runs them: rewritten ([`Plan::rewrite`]), borrowed when the plan has no
+    /// rewrites.
+    pub fn rewritten<'a>(&self, ops: &'a [OperationIr]) -> Cow<'a, [OperationIr]> {
+        if self.rewrites.is_empty() {
+            Cow::Borrowed(ops)
+        } else {
+            let mut ops = ops.to_vec();
+            self.rewrite(&mut ops);
+            Cow::Owned(ops)
+        }
+    }
+
+    /// Whether `ops` are rewritten as the plan runs them (checked by each rewritten read).
+    pub fn is_rewritten(&self, ops: &[OperationIr]) -> bool {
+        self.rewrites.iter().all(|r| match *r {
+            InputRewrite::Reads {
+                op,
+                input,
+                from,
+                output,
+                ..
+            } => {
+                let read = ops[op as usize].inputs().nth(input as usize).map(|t| t.id);
+                read.is_some()
+                    && read
+                        == ops[from as usize]
+                            .outputs()
+                            .nth(output as usize)
+                            .map(|t| t.id)
+            }
+            _ => true,
+        })
+    }
+
     /// Number of steps that launch work on the inner backend (a drop launches nothing but is
     /// counted: it is one call into the backend).
     pub fn launches(&self) -> usize {
@@ -182,6 +230,10 @@ impl Plan {
 /// What [`schedule`] may do.
 #[derive(Clone, Copy)]
 pub struct ScheduleOptions<'a> {
+    /// Make each ReLU backward read the forward's output instead of its input, where that output
+    /// still exists (same gradient; the ReLU then fuses into the product that makes its input,
+    /// which no longer lives until the backward): [`Plan::rewrites`].
+    pub relu_masks: bool,
     /// Skip operations whose results are never used.
     pub dead_code_elimination: bool,
     /// Run an operation that repeats an earlier one (same operation on the same tensors, no
@@ -240,6 +292,20 @@ pub(crate) fn step(op: &OperationIr, i: u32) -> Step {
 
 /// Builds the plan of a segment.
 pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
+    let rewrites = if options.relu_masks {
+        relu_backward_reads_output(ops)
+    } else {
+        Vec::new()
+    };
+    let rewritten;
+    let ops = if rewrites.is_empty() {
+        ops
+    } else {
+        let mut edited = ops.to_vec();
+        apply_rewrites(&mut edited, &rewrites);
+        rewritten = edited;
+        &rewritten[..]
+    };
     let Liveness { dead, releases } = if options.dead_code_elimination {
         dead_code(ops)
     } else {
@@ -292,6 +358,7 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
         horizontal_columns: claims.horizontal_columns,
         memory: MemoryPlan::default(),
         symbolic: !options.symbolic_sizes.is_empty(),
+        rewrites,
     };
     if options.memory_planning {
         plan.memory = memory_plan(ops, &plan);

@@ -227,6 +227,7 @@ fn a_target_that_refuses_the_call_keeps_the_parts() {
     let p = schedule(
         &ops,
         ScheduleOptions {
+            relu_masks: true,
             dead_code_elimination: true,
             common_subexpressions: true,
             fused: Some(pointwise),

@@ -214,6 +214,7 @@ fn plan_of(
     fused: Option<&dyn Fn(&FusedKernel) -> bool>,
 ) -> burn_compile_schedule::Plan {
     let options = ScheduleOptions {
+        relu_masks: true,
         dead_code_elimination: true,
         common_subexpressions: true,
         fused,
@@ -774,6 +775,7 @@ fn a_repeated_op_run_alone_shares_the_first_result() {
     assert_eq!((plan.merged(), plan.launches()), (1, 3));
     // Without the pass, the repeat runs.
     let options = ScheduleOptions {
+        relu_masks: true,
         dead_code_elimination: true,
         common_subexpressions: false,
         fused: None,
@@ -810,6 +812,7 @@ fn plan_within(ops: &[OperationIr], max_kernel_buffers: usize) -> burn_compile_s
     schedule(
         ops,
         ScheduleOptions {
+            relu_masks: true,
             dead_code_elimination: true,
             common_subexpressions: true,
             fused: Some(accepts),
@@ -1095,6 +1098,7 @@ fn symbolic_sizes_make_a_groups_dimensions_dynamic() {
     ];
     let accept = |_: &FusedKernel| true;
     let options = |symbolic: &'static [u64]| ScheduleOptions {
+        relu_masks: true,
         dead_code_elimination: true,
         common_subexpressions: true,
         fused: Some(&accept),

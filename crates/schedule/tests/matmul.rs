@@ -212,6 +212,68 @@ fn a_relu_whose_input_is_read_again_is_not_fused() {
     assert_eq!(p.fused[0].ops, vec![1]);
 }
 
+/// The feed-forward layer of a training step as autodiff records it: 2 = linear(x1, w1, b1);
+/// 3 = relu(2); 5 = linear(3, w2, b2); then the backward: dW2 = Σ 3ᵀ @ dy (the ReLU output's
+/// last use), g = dy @ W2ᵀ, and the ReLU backward of the kept pre-activation, relu_backward(2!, g).
+fn feed_forward_with_backward() -> Vec<OperationIr> {
+    let (x, h) = (&[2, 16, 32][..], &[2, 16, 64][..]);
+    // The forward of `feed_forward`, the second product no longer the ReLU output's last use.
+    let mut ops = feed_forward(false);
+    ops.truncate(3);
+    ops[2].mark_read_only(&[burn_ir::TensorId::new(3)]);
+    ops.extend([
+        OperationIr::Module(ModuleOperationIr::LinearWeightBackward(
+            LinearWeightBackwardOpIr {
+                x: t(3, h, ReadWrite),
+                output_grad: t(20, x, ReadOnly),
+                out: out(21, &[64, 32]),
+            },
+        )),
+        OperationIr::Module(ModuleOperationIr::LinearXBackward(LinearXBackwardOpIr {
+            weight: t(12, &[64, 32], ReadOnly),
+            output_grad: t(20, x, ReadOnly),
+            out: out(22, h),
+        })),
+        support::relu_backward(t(2, h, ReadWrite), t(22, h, ReadWrite), 23),
+    ]);
+    ops
+}
+
+#[test]
+fn a_relu_whose_backward_reads_its_output_fuses_into_the_product() {
+    use support::plan_with_relu_masks;
+    // As recorded, the pre-activation lives until the backward: the ReLU is a kernel of its own.
+    let recorded = plan_with_relu_masks(&feed_forward_with_backward(), false);
+    assert_eq!(recorded.matmul[0].relu, None);
+    assert!(recorded.rewrites.is_empty());
+    assert_eq!(
+        recorded.fused_kernels(),
+        2,
+        "{:?}",
+        recorded.kernel_summaries()
+    );
+    // The backward reads the ReLU's output: the pre-activation is the ReLU's alone, which the
+    // first call applies as its epilogue. The ReLU backward remains the one generated kernel.
+    let masked = plan_with_relu_masks(&feed_forward_with_backward(), true);
+    assert_eq!(masked.matmul[0].relu, Some(1));
+    assert_eq!(masked.rewrites.len(), 3);
+    assert_eq!(masked.fused_kernels(), 1, "{:?}", masked.kernel_summaries());
+    assert_eq!(masked.launches(), recorded.launches() - 1);
+    // The pre-activation is never written: the memory plan holds one value less.
+    assert_eq!(masked.memory.planned(), recorded.memory.planned() - 1);
+    let mut ops = feed_forward_with_backward();
+    assert!(!masked.is_rewritten(&ops));
+    masked.rewrite(&mut ops);
+    assert!(masked.is_rewritten(&ops));
+    assert_eq!(
+        ops[5]
+            .inputs()
+            .map(|t| (t.id.value(), t.status))
+            .collect::<Vec<_>>(),
+        vec![(3, ReadWrite), (22, ReadWrite)]
+    );
+}
+
 #[test]
 fn without_a_library_matmul_the_inner_backend_runs_the_products() {
     let p = plan(&feed_forward(true), false, false);
@@ -262,6 +324,7 @@ fn every_matmul_kind_is_recognised_and_refusals_are_kept_eager() {
     let p = schedule(
         &ops,
         ScheduleOptions {
+            relu_masks: true,
             dead_code_elimination: false,
             common_subexpressions: true,
             fused: None,
@@ -784,6 +847,7 @@ fn a_target_without_the_bias_gradient_epilogue_keeps_the_product_and_a_column_su
     let p = schedule(
         &linear_backward(Vec::new()),
         ScheduleOptions {
+            relu_masks: true,
             dead_code_elimination: true,
             common_subexpressions: true,
             fused: None,

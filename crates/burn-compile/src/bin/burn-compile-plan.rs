@@ -3,7 +3,9 @@
 //! `BURN_COMPILE_DUMP_GRAPHS`, the accuracy check or `GraphFile::write`), on this machine, with
 //! no GPU: its generated kernels, library matmuls, column sums and executable, one line per
 //! launch, as `explain` prints a graph. `--dtype` plans the graph's float tensors in another
-//! dtype (a graph captured on the CPU in f32, planned as a bf16 run on CUDA plans it).
+//! dtype (a graph captured on the CPU in f32, planned as a bf16 run on CUDA plans it). The plan
+//! uses the file's config, with what the environment's `BURN_COMPILE_*` variables set
+//! (`BURN_COMPILE_RELU_MASKS=0 burn-compile-plan FILE` plans it without ReLU masks).
 //!
 //! Exit status: 0 with the plan printed, 2 when the file cannot be read or an argument is wrong.
 
@@ -61,10 +63,12 @@ fn main() -> ExitCode {
         Ok(g) => g,
         Err(e) => return fail(&e),
     };
-    print!(
-        "{}",
-        burn_compile::explain_plan(&graph.ops, &graph.config, rules)
-    );
+    // The file's config, with what the environment's `BURN_COMPILE_*` variables set.
+    let config = match graph.config.clone().with_env() {
+        Ok(c) => c,
+        Err(e) => return fail(&e.to_string()),
+    };
+    print!("{}", burn_compile::explain_plan(&graph.ops, &config, rules));
     ExitCode::SUCCESS
 }
 

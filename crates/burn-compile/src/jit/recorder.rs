@@ -61,7 +61,7 @@ pub(crate) fn closed(
                 device: *device,
                 key,
                 plan: plan.clone(),
-                ops: ops.to_vec(),
+                ops: plan.rewritten(ops).into_owned(),
                 ended_by: ended_by.clone(),
             });
         }

@@ -35,6 +35,7 @@ mod jit;
 mod loop_settles;
 mod plan_offline;
 mod recompile_limit;
+mod relu_masks;
 mod shapes;
 mod soak;
 mod stance;

@@ -64,3 +64,29 @@ pub fn random(out: u64) -> OperationIr {
 pub fn drop_op(id: u64) -> OperationIr {
     OperationIr::Drop(t(id, TensorStatus::ReadWrite))
 }
+
+fn activation(
+    kind: burn_compile_graph::Activation,
+    inputs: Vec<TensorIr>,
+    out: u64,
+) -> OperationIr {
+    OperationIr::Custom(burn_ir::CustomOpIr {
+        id: kind.op_id(),
+        inputs,
+        outputs: vec![t(out, TensorStatus::NotInit)],
+    })
+}
+
+/// `out = relu(x)`, recorded whole as a captured activation.
+pub fn relu(x: TensorIr, out: u64) -> OperationIr {
+    activation(burn_compile_graph::Activation::Relu, vec![x], out)
+}
+
+/// `out = relu_backward(x, grad)`, recorded whole as a captured activation.
+pub fn relu_backward(x: TensorIr, grad: TensorIr, out: u64) -> OperationIr {
+    activation(
+        burn_compile_graph::Activation::ReluBackward,
+        vec![x, grad],
+        out,
+    )
+}

@@ -214,18 +214,18 @@ pub fn plan(ops: &[OperationIr], matmul: bool, attention: bool) -> Plan {
 
 /// [`plan`] with column sums (the target accepting every one).
 pub fn plan_with_columns(ops: &[OperationIr]) -> Plan {
-    plan_of(ops, false, false, false, usize::MAX, true, false)
+    plan_of(ops, false, false, false, usize::MAX, true, false, true)
 }
 
 /// [`plan`] with column sums, those of one shape launched together (the target accepting
 /// every one and every group).
 pub fn plan_with_horizontal_columns(ops: &[OperationIr]) -> Plan {
-    plan_of(ops, false, false, true, usize::MAX, true, false)
+    plan_of(ops, false, false, true, usize::MAX, true, false, true)
 }
 
 /// [`plan`] with library matmuls and column sums (each kind accepted).
 pub fn plan_with_matmul_and_columns(ops: &[OperationIr]) -> Plan {
-    plan_of(ops, true, false, false, usize::MAX, true, false)
+    plan_of(ops, true, false, false, usize::MAX, true, false, true)
 }
 
 /// [`plan`] with horizontal fusion as asked, within `max_kernel_buffers` per kernel.
@@ -244,9 +244,11 @@ pub fn plan_with(
         max_kernel_buffers,
         false,
         false,
+        true,
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 fn plan_of(
     ops: &[OperationIr],
     matmul: bool,
@@ -255,10 +257,12 @@ fn plan_of(
     max_kernel_buffers: usize,
     column: bool,
     view_copies: bool,
+    relu_masks: bool,
 ) -> Plan {
     schedule(
         ops,
         ScheduleOptions {
+            relu_masks,
             dead_code_elimination: true,
             common_subexpressions: true,
             fused: Some(&every::<FusedKernel>),
@@ -278,7 +282,30 @@ fn plan_of(
 /// The graph's plan as a CUDA-like target builds it: generated kernels, library matmuls,
 /// copies of swapped views that products read (`view_copies`), horizontal fusion as asked.
 pub fn plan_with_view_copies(ops: &[OperationIr], view_copies: bool, horizontal: bool) -> Plan {
-    plan_of(ops, true, false, horizontal, usize::MAX, false, view_copies)
+    plan_of(
+        ops,
+        true,
+        false,
+        horizontal,
+        usize::MAX,
+        false,
+        view_copies,
+        true,
+    )
+}
+
+/// [`plan`] with library matmuls, ReLU masks as asked ([`ScheduleOptions::relu_masks`]).
+pub fn plan_with_relu_masks(ops: &[OperationIr], relu_masks: bool) -> Plan {
+    plan_of(
+        ops,
+        true,
+        false,
+        false,
+        usize::MAX,
+        false,
+        false,
+        relu_masks,
+    )
 }
 
 /// The drop of `t` (`t`'s status as the drop reads it: `ReadWrite`).
