@@ -11,7 +11,9 @@ that tiles those k launches whole — one step, since the timed steps at the end
 the same cached plan (k spans several steps when more than two ran; a layer repeats inside a
 step, but the step's other launches keep it from tiling the tail). Prints one JSON line
 (`"metric":"kernel_ms"`, `"launches"`, system `burn-compile`) and, with `--list`, the step's
-kernels in launch order; with `--kinds`, their launches and time by kernel name. ncu serializes kernels: the sum is GPU time, not wall time.
+kernels in launch order (with `--bandwidth`, each launch's DRAM traffic, GB/s, grid and block,
+where the CSV has `dram__bytes_read.sum` and `dram__bytes_write.sum`); with `--kinds`, their
+launches and time by kernel name. ncu serializes kernels: the sum is GPU time, not wall time.
 """
 import argparse
 import csv
@@ -20,13 +22,27 @@ import os
 import re
 
 
+SCALE = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
+         "second": 1e6, "s": 1e6,
+         "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
+
+
 def rows(path):
+    """(kernel name, µs) per launch, in order."""
+    return [(name, m["gpu__time_duration.sum"]) for name, m in launches(path)]
+
+
+def launches(path):
+    """(kernel name, {metric: value}) per launch, in order; times in µs, bytes in bytes."""
     lines = [l for l in open(path) if l.startswith('"')]
-    return [
-        (r["Kernel Name"], float(r["Metric Value"].replace(",", "")) / 1000)
-        for r in csv.DictReader(lines)
-        if r["Metric Name"] == "gpu__time_duration.sum"
-    ]
+    by_id = {}
+    for r in csv.DictReader(lines):
+        value = float(r["Metric Value"].replace(",", "")) * SCALE.get(r["Metric Unit"], 1.0)
+        name, metrics = by_id.setdefault(r["ID"], (r["Kernel Name"], {}))
+        metrics[r["Metric Name"]] = value
+        metrics["grid"] = r.get("Grid Size", "")
+        metrics["block"] = r.get("Block Size", "")
+    return [by_id[k] for k in sorted(by_id, key=int) if "gpu__time_duration.sum" in by_id[k][1]]
 
 
 def steady_step(launches):
@@ -47,11 +63,23 @@ parser.add_argument("--phase", default="train")
 parser.add_argument("--system", default="burn-compile")
 parser.add_argument("--list", action="store_true")
 parser.add_argument("--kinds", action="store_true", help="launches and time by kernel name")
+parser.add_argument(
+    "--bandwidth",
+    action="store_true",
+    help="with --list: each launch's DRAM bytes and GB/s, from dram__bytes_read.sum and "
+    "dram__bytes_write.sum in the CSV (and grid and block)",
+)
 a = parser.parse_args()
-step = steady_step(rows(a.csv))
+everything = launches(a.csv)
+step = steady_step([(n, m["gpu__time_duration.sum"]) for n, m in everything])
+metrics = [m for _, m in everything[len(everything) - len(step):]]
 if a.list:
-    for name, us in step:
-        print(f"  {us:8.1f} us  {re.sub(r'<.*', '', name)[:80]}")
+    for (name, us), m in zip(step, metrics):
+        extra = ""
+        if a.bandwidth:
+            moved = m.get("dram__bytes_read.sum", 0) + m.get("dram__bytes_write.sum", 0)
+            extra = f"  {moved / 1e6:8.2f} MB {moved / us / 1e3 if us else 0:7.0f} GB/s  grid {m['grid']} block {m['block']}"
+        print(f"  {us:8.1f} us{extra}  {re.sub(r'<.*', '', name)[:80]}")
 if a.kinds:
     kinds = {}
     for name, us in step:

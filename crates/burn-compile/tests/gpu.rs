@@ -1428,6 +1428,17 @@ fn gpu_attention_heads_are_copied_once_and_the_layers_gradients_match_eager() {
             .any(|k| k.starts_with("horizontal kernel of 3 pointwise kernels")),
         "q's, k's and v's copies launch together: {report}"
     );
+    if cfg!(feature = "cuda") {
+        // The gradient of kᵀ (`qᵀ @ dS`, swapped back) is written transposed by its call
+        // (`dSᵀ @ q`): k's gradient is then a contiguous tensor's view, copied with dq's and
+        // dv's at the full vector width.
+        assert!(
+            kernels
+                .iter()
+                .any(|k| k.starts_with("library matmul: matmul written transposed")),
+            "{report}"
+        );
+    }
     assert_transformer_layer_grads(&got, &transformer_layer_grads(&eager, &x));
 }
 

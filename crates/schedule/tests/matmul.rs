@@ -866,3 +866,122 @@ fn a_target_without_the_bias_gradient_epilogue_keeps_the_product_and_a_column_su
     assert_eq!(p.matmul[1].bias_grad, None);
     assert_eq!(p.column_kernels(), 1);
 }
+
+/// `D` of a call as cuBLASLt computes it, on the host: column-major `op(A) · op(B)`, `m × n`,
+/// each operand read from its input's elements at `i + j · ld + batch · batch_stride`.
+fn run_gemm(g: &Gemm, inputs: &[&[f64]]) -> Vec<f64> {
+    let at = |o: &GemmOperand, b: u64, r: u64, c: u64| -> f64 {
+        // Element (r, c) of op(operand): stored (r, c), or (c, r) when used transposed.
+        let (i, j) = if o.trans { (c, r) } else { (r, c) };
+        inputs[o.input][(i as i64 + j as i64 * o.ld + b as i64 * o.batch_stride) as usize]
+    };
+    let mut d = vec![0.0; (g.m * g.n) as usize * g.batch as usize];
+    for b in 0..g.batch as u64 {
+        for j in 0..g.n {
+            for i in 0..g.m {
+                let sum: f64 = (0..g.k)
+                    .map(|p| at(&g.a, b, i, p) * at(&g.b, b, p, j))
+                    .sum();
+                d[(b as i64 * g.d_batch_stride) as usize + (i + j * g.m) as usize] = sum;
+            }
+        }
+    }
+    d
+}
+
+/// Attention's gradient of `kᵀ` as autodiff records it: `qᵀ @ dS` (q swapped, a view), then
+/// swapped back; the swap is the call's output, written transposed (`dSᵀ @ q`).
+#[test]
+fn a_swapped_product_is_written_transposed_and_equals_the_swap_of_the_product() {
+    let (b, h, s, d) = (2, 3, 5, 4);
+    let ops = vec![
+        support::swap_dims(t(1, &[b, h, s, d], ReadOnly), 2, 3, 2),
+        matmul(
+            t(2, &[b, h, d, s], ReadWrite),
+            t(3, &[b, h, s, s], ReadOnly),
+            4,
+        ),
+        support::swap_dims(t(4, &[b, h, d, s], ReadWrite), 2, 3, 5),
+    ];
+    let p = plan(&ops, true, false);
+    assert_eq!(p.matmul.len(), 1);
+    assert_eq!(p.matmul[0].transposed_output, Some(2));
+    assert_eq!(p.matmul[0].output_op(), 2);
+    assert_eq!(
+        p.kernel_summaries(),
+        vec!["library matmul: matmul written transposed (rhsᵀ @ lhsᵀ), BF16".to_string()]
+    );
+    // The first swap stays a view the call reads; the second is the call's.
+    assert_eq!(p.steps[1], Step::Matmul { group: 0 });
+    assert_eq!(p.steps.len(), 2, "{:?}", p.steps);
+
+    // The call over q's swapped view and a contiguous dS, into the swap's contiguous output.
+    let q: Vec<f64> = (0..b * h * s * d).map(|i| (i % 7) as f64 - 3.0).collect();
+    let ds: Vec<f64> = (0..b * h * s * s)
+        .map(|i| (i % 5) as f64 * 0.5 - 1.0)
+        .collect();
+    let q_t_strides = [h * s * d, s * d, 1, d];
+    let g = p.matmul[0]
+        .gemm(
+            &[&[b, h, d, s], &[b, h, s, s]],
+            &[&q_t_strides, &[h * s * s, s * s, s, 1]],
+            &[b, h, s, d],
+        )
+        .expect("one call");
+    let got = run_gemm(&g, &[&q, &ds]);
+    // The reference: out[bh, j, i] = Σ_p qᵀ[bh, i, p] · dS[bh, p, j] = Σ_p q[bh, p, i] · dS[bh, p, j].
+    let mut want = vec![0.0; b * h * s * d];
+    for bh in 0..b * h {
+        for i in 0..d {
+            for j in 0..s {
+                let sum: f64 = (0..s)
+                    .map(|p| q[bh * s * d + p * d + i] * ds[bh * s * s + p * s + j])
+                    .sum();
+                want[bh * s * d + j * d + i] = sum;
+            }
+        }
+    }
+    assert_eq!(got, want);
+    // The evaluator itself, on the product as recorded: `qᵀ @ dS` into `[b, h, d, s]`.
+    let plain = gemm(
+        MatmulKind::Matmul,
+        &[&[b, h, d, s], &[b, h, s, s]],
+        &[&q_t_strides, &[h * s * s, s * s, s, 1]],
+        &[b, h, d, s],
+    )
+    .expect("one call");
+    let product = run_gemm(&plain, &[&q, &ds]);
+    for bh in 0..b * h {
+        for i in 0..d {
+            for j in 0..s {
+                assert_eq!(product[bh * d * s + i * s + j], want[bh * s * d + j * d + i]);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_product_read_by_more_than_its_swap_keeps_its_own_layout() {
+    let (b, h, s, d) = (2, 3, 5, 4);
+    let ops = vec![
+        matmul(
+            t(1, &[b, h, d, s], ReadOnly),
+            t(3, &[b, h, s, s], ReadOnly),
+            4,
+        ),
+        support::swap_dims(t(4, &[b, h, d, s], ReadOnly), 2, 3, 5),
+        support::exp(t(4, &[b, h, d, s], ReadWrite), 6),
+    ];
+    let p = plan(&ops, true, false);
+    assert_eq!(p.matmul[0].transposed_output, None);
+    // A swap of other dimensions is not a transposed product either.
+    let ops = vec![
+        matmul(
+            t(1, &[b, h, d, s], ReadOnly),
+            t(3, &[b, h, s, s], ReadOnly),
+            4,
+        ),
+        support::swap_dims(t(4, &[b, h, d, s], ReadWrite), 1, 2, 5),
+    ];
+    assert_eq!(plan(&ops, true, false).matmul[0].transposed_output, None);
+}

@@ -5,6 +5,9 @@
 //! and a broadcast add) and its backward as `LinearXBackward` (`dy @ Wᵀ`) and
 //! `LinearWeightBackward` (`Σ_batch xᵀ @ dy`); attention's products are plain `Matmul`s. A
 //! library matmul runs each as one launch, `D = relu(α · A·B + β · C + bias)`:
+//! - a swap of a batched product's last two dimensions is the product transposed, computed
+//!   as `rhsᵀ @ lhsᵀ` into the swap's output (a layout, not an epilogue: the call writes the
+//!   transposed product contiguous where the swap alone would leave a strided view);
 //! - the bias is its epilogue;
 //! - a scale of the product (`· s` or `/ s`, a product without a bias) is α;
 //! - an add of the (scaled) product and a tensor of its shape and dtype (a residual
@@ -26,7 +29,8 @@
 use burn_backend::DType;
 use burn_compile_graph::Activation;
 use burn_ir::{
-    FloatOperationIr, ModuleOperationIr, NumericOperationIr, OperationIr, TensorIr, TensorStatus,
+    BaseOperationIr, FloatOperationIr, ModuleOperationIr, NumericOperationIr, OperationIr,
+    TensorIr, TensorStatus,
 };
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +68,12 @@ pub struct MatmulGroup {
     /// batch into its reduction (`[batch · k]`) instead of writing one product per entry.
     #[serde(default)]
     pub batch_sums: Vec<u32>,
+    /// A `SwapDims` of the product's last two dimensions, the product's sole reader (a plain
+    /// `Matmul` only): the call computes `(lhs @ rhs)ᵀ = rhsᵀ @ lhsᵀ` into the swap's output,
+    /// contiguous, so the transposed product is never a strided view (autodiff's gradient of
+    /// `kᵀ` in attention, `qᵀ @ dS` swapped back: now `dSᵀ @ q`).
+    #[serde(default)]
+    pub transposed_output: Option<u32>,
     /// A `MulScalar` or `DivScalar` of the product (only without a bias: α does not scale
     /// it): the call's α, read from the recorded operation at replay.
     pub scale: Option<u32>,
@@ -92,6 +102,7 @@ impl MatmulGroup {
     fn product_ops(&self) -> impl Iterator<Item = u32> + '_ {
         std::iter::once(self.op)
             .chain(self.batch_sums.iter().copied())
+            .chain(self.transposed_output)
             .chain(self.scale)
             .chain(self.residual.map(|r| r.op))
             .chain(self.relu)
@@ -122,6 +133,9 @@ impl MatmulGroup {
     pub fn summary(&self) -> String {
         let what = match self.kind {
             MatmulKind::Matmul if !self.batch_sums.is_empty() => "matmul, batch sum folded into k",
+            MatmulKind::Matmul if self.transposed_output.is_some() => {
+                "matmul written transposed (rhsᵀ @ lhsᵀ)"
+            }
             MatmulKind::Matmul => "matmul",
             MatmulKind::Linear => "linear",
             MatmulKind::LinearXBackward => "linear dx (dy @ Wᵀ)",
@@ -188,6 +202,7 @@ pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
             kind,
             op: i as u32,
             batch_sums: Vec::new(),
+            transposed_output: None,
             scale: None,
             residual: None,
             relu: None,
@@ -205,6 +220,14 @@ pub fn matmul_groups(ops: &[OperationIr], live: &[bool]) -> Vec<MatmulGroup> {
             && let Some((sums, j, o)) = batch_sums(ops, live, op, at, out)
         {
             group.batch_sums = sums;
+            (at, out) = (j, o);
+        }
+        if kind == MatmulKind::Matmul
+            && group.batch_sums.is_empty()
+            && let Some((j, o)) =
+                sole_reader(ops, live, at, out).filter(|(j, _)| swaps_last_two(&ops[*j], out))
+        {
+            group.transposed_output = Some(j as u32);
             (at, out) = (j, o);
         }
         if !bias
@@ -332,6 +355,16 @@ fn produced_before(ops: &[OperationIr], t: &TensorIr, at: usize) -> bool {
     ops.iter()
         .position(|op| op.outputs().any(|o| o.id == t.id))
         .is_none_or(|p| p < at)
+}
+
+/// `op` swaps the last two dimensions of `t` (of rank 3 or more: a batched product's).
+fn swaps_last_two(op: &OperationIr, t: &TensorIr) -> bool {
+    let OperationIr::BaseFloat(BaseOperationIr::SwapDims(s)) = op else {
+        return false;
+    };
+    let rank = t.shape.num_dims();
+    let dims = (s.dim1.min(s.dim2), s.dim1.max(s.dim2));
+    s.input.id == t.id && rank >= 3 && dims == (rank - 2, rank - 1)
 }
 
 /// `op` multiplies or divides `t` by a scalar, in `t`'s dtype.
@@ -501,6 +534,32 @@ impl MatmulGroup {
     /// operation's inputs, in its order), producing a contiguous `out` shape (the step's
     /// output: after its batch sums, if any).
     pub fn gemm(&self, shapes: &[&[usize]], strides: &[&[usize]], out: &[usize]) -> Option<Gemm> {
+        if self.transposed_output.is_some() {
+            // `(lhs @ rhs)ᵀ = rhsᵀ @ lhsᵀ`: the operands in the other order, each its last two
+            // dimensions swapped (a view), into the swap's contiguous output; the call's
+            // operands then name the operation's inputs again.
+            let swapped = |v: &[usize]| {
+                let mut v = v.to_vec();
+                let rank = v.len();
+                if rank >= 2 {
+                    v.swap(rank - 2, rank - 1);
+                }
+                v
+            };
+            let (lhs, rhs) = (*shapes.first()?, *shapes.get(1)?);
+            let (ls, rs) = (*strides.first()?, *strides.get(1)?);
+            let shapes = [swapped(rhs), swapped(lhs)];
+            let strides = [swapped(rs), swapped(ls)];
+            let mut g = gemm(
+                MatmulKind::Matmul,
+                &[&shapes[0], &shapes[1]],
+                &[&strides[0], &strides[1]],
+                out,
+            )?;
+            g.a.input = 1 - g.a.input;
+            g.b.input = 1 - g.b.input;
+            return Some(g);
+        }
         if self.batch_sums.is_empty() {
             gemm(self.kind, shapes, strides, out)
         } else {

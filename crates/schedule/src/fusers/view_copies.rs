@@ -53,8 +53,9 @@ impl Fuser for ViewCopyFuser {
             }
             marked
         };
-        // Views this fuser copies: contiguous from then on.
-        let mut copied: rustc_hash::FxHashSet<u64> = rustc_hash::FxHashSet::default();
+        // Views this fuser copies, and the swaps library matmuls write transposed: contiguous
+        // from then on.
+        let mut copied = transposed_outputs(ops, &claims.matmul);
         for i in 0..ops.len() {
             if !claims.live[i] || claims.claimed[i] {
                 continue;
@@ -114,14 +115,15 @@ pub fn operand_copies(ops: &[OperationIr], plan: &crate::Plan) -> OperandCopies 
             producer.insert(t.id.value(), i);
         }
     }
-    let copied: rustc_hash::FxHashSet<u64> = plan
-        .fused
-        .iter()
-        .filter(|g| !g.swapped_inputs.is_empty())
-        .flat_map(|g| g.outputs.iter())
-        .filter_map(|slot| ops[slot.op as usize].outputs().nth(slot.pos as usize))
-        .map(|t| t.id.value())
-        .collect();
+    let mut copied = transposed_outputs(ops, &plan.matmul);
+    copied.extend(
+        plan.fused
+            .iter()
+            .filter(|g| !g.swapped_inputs.is_empty())
+            .flat_map(|g| g.outputs.iter())
+            .filter_map(|slot| ops[slot.op as usize].outputs().nth(slot.pos as usize))
+            .map(|t| t.id.value()),
+    );
     let mut found = OperandCopies::default();
     for group in &plan.matmul {
         let inputs: Vec<&burn_ir::TensorIr> = ops[group.op as usize].inputs().collect();
@@ -159,10 +161,24 @@ pub fn operand_copies(ops: &[OperationIr], plan: &crate::Plan) -> OperandCopies 
     found
 }
 
+/// The outputs of the swaps that library matmuls write transposed, contiguous
+/// ([`crate::MatmulGroup::transposed_output`]).
+fn transposed_outputs(
+    ops: &[OperationIr],
+    groups: &[crate::MatmulGroup],
+) -> rustc_hash::FxHashSet<u64> {
+    groups
+        .iter()
+        .filter_map(|g| g.transposed_output)
+        .filter_map(|op| ops[op as usize].outputs().next())
+        .map(|t| t.id.value())
+        .collect()
+}
+
 /// The strides (in elements) of tensor `t` where it is made, when known: the
 /// output of an operation that is not a view, a graph input (as the caller's tensors almost
-/// always are: the copy reads any layout, only the choice assumes it) and a copy of this fuser
-/// are contiguous; a reshape of a contiguous tensor too; a swap swaps its input's layout.
+/// always are: the copy reads any layout, only the choice assumes it), a copy of this fuser
+/// and a product a library matmul writes transposed are contiguous; a reshape of a contiguous tensor too; a swap swaps its input's layout.
 /// `None`: another view, whose layout is not followed here.
 fn layout(
     ops: &[OperationIr],
