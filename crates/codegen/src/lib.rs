@@ -389,6 +389,9 @@ pub struct Bases {
     pub outputs: usize,
 }
 
+/// Units a horizontal kernel's member ranges are aligned to: a plane (warp) on CUDA.
+pub const MEMBER_ALIGNMENT: usize = 32;
+
 /// The members of a horizontal kernel (pointwise kernels of one vector width over layouts of
 /// their own, launched as one): the comptime argument of [`pointwise::horizontal`], shared as
 /// [`KernelSpec`] is.
@@ -401,6 +404,8 @@ struct HorizontalInner {
     layouts: Vec<LaunchLayout>,
     /// Per member, its first unit; then the launch's units.
     starts: Vec<usize>,
+    /// Per member, the unit after its last (its next member starts later: [`MEMBER_ALIGNMENT`]).
+    ends: Vec<usize>,
     bases: Vec<Bases>,
     hash: u64,
 }
@@ -411,6 +416,7 @@ impl HorizontalSpec {
     pub fn new(members: &[(&FusedKernel, &LaunchLayout)]) -> Self {
         let hash = horizontal_hash(members);
         let mut starts = vec![0];
+        let mut ends = Vec::with_capacity(members.len());
         let mut bases = Vec::with_capacity(members.len());
         let mut next = Bases::default();
         let mut scalars = 0u16;
@@ -421,8 +427,18 @@ impl HorizontalSpec {
                 !layout.is_symbolic(),
                 "a horizontal member has constant sizes"
             );
+            // Each member's range starts on a plane (a warp) of its own: a plane whose units
+            // ran two members' programs would run both, one after the other (a step's
+            // optimizer updates of scalars, one unit each, took 12 µs so in one launch).
             let units = layout.len() / layout.vector.max(1);
-            starts.push(starts.last().copied().unwrap_or(0) + units);
+            let end = starts.last().copied().unwrap_or(0) + units;
+            ends.push(end);
+            let last = members.len() == bases.len() + 1;
+            starts.push(if last {
+                end
+            } else {
+                end.next_multiple_of(MEMBER_ALIGNMENT)
+            });
             bases.push(next);
             let narrow = (0..kernel.inputs.len())
                 .filter(|&i| layout.narrow_input(kernel, i))
@@ -443,6 +459,7 @@ impl HorizontalSpec {
             kernels,
             layouts: members.iter().map(|(_, l)| (*l).clone()).collect(),
             starts,
+            ends,
             bases,
             hash,
         }))
@@ -506,6 +523,11 @@ impl HorizontalSpec {
     /// Member `m`'s first unit (`m` = the number of members: the launch's units).
     pub fn start(&self, m: usize) -> usize {
         self.0.starts[m]
+    }
+
+    /// The unit after member `m`'s last.
+    pub fn end(&self, m: usize) -> usize {
+        self.0.ends[m]
     }
 
     /// Units of the launch (one vector each).

@@ -56,7 +56,7 @@ pub fn pointwise<F: Float + ScalarArgType, N: Size>(
 }
 
 /// Several pointwise kernels as one launch (a horizontal group): each member takes a range of
-/// the launch's units and runs its own program over its own buffers, which follow the earlier
+/// the launch's units (starting on a plane of its own) and runs its own program over its own buffers, which follow the earlier
 /// members' in each sequence (the members' scalar indices are offset in their programs).
 #[cube(launch_unchecked)]
 pub fn horizontal<F: Float + ScalarArgType, N: Size>(
@@ -72,7 +72,7 @@ pub fn horizontal<F: Float + ScalarArgType, N: Size>(
     #[unroll]
     for m in 0..members {
         let start = comptime![spec.start(m)];
-        let end = comptime![spec.start(m + 1)];
+        let end = comptime![spec.end(m)];
         if pos >= start && pos < end {
             let kernel = comptime![spec.kernel(m)];
             let layout = comptime![spec.layout(m)];

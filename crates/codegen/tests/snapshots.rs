@@ -465,6 +465,24 @@ fn horizontal_two_members() {
     assert_stage_snapshot!("codegen", "horizontal_two_members.wgsl", wgsl, description);
 }
 
+/// A horizontal kernel's members each start on a plane of their own (a warp on CUDA), so no
+/// plane runs two members' programs one after the other; the last ends the launch.
+#[test]
+fn horizontal_members_start_on_planes_of_their_own() {
+    use burn_compile_codegen::{HorizontalSpec, MEMBER_ALIGNMENT};
+    let k = support::chain();
+    let one = LaunchLayout::contiguous(&k, &[1, 1]);
+    let wide = LaunchLayout::contiguous(&k, &[5, 7]);
+    let members = [(&k, &one), (&k, &wide), (&k, &one), (&k, &one)];
+    let spec = HorizontalSpec::new(&members);
+    let starts: Vec<usize> = (0..4).map(|m| spec.start(m)).collect();
+    let ends: Vec<usize> = (0..4).map(|m| spec.end(m)).collect();
+    assert_eq!(MEMBER_ALIGNMENT, 32);
+    assert_eq!(starts, vec![0, 32, 96, 128]);
+    assert_eq!(ends, vec![1, 67, 97, 129]);
+    assert_eq!(spec.units(), 129);
+}
+
 /// The column sum of a bias gradient: `[1, 4096, 512]` summed over its 4096 rows (W1's shape),
 /// in bf16 on CUDA (f32 accumulation) and f32 on WGSL.
 #[test]

@@ -435,6 +435,18 @@ fn horizontal_kernels_compute_each_members_own_outputs_on_wgpu() {
         })
         .collect();
     run_horizontal(&client, "horizontal, vectors of 4", &vector_members, 4);
+
+    // An optimizer's per-parameter scalars: members of one unit each, each on its own plane
+    // (12: two buffers each within the adapter's storage buffers per shader).
+    let tiny: Vec<Member> = (0..12)
+        .map(|i| Member {
+            kernel: support::chain(),
+            shape: vec![1, 1],
+            inputs: vec![contiguous(&[1, 1], 60 + i as u64, -2.0, 2.0)],
+            scalars: vec![0.5 + i as f32],
+        })
+        .collect();
+    run_horizontal(&client, "horizontal, 12 members of one unit", &tiny, 1);
 }
 
 /// Column sums launched together on wgpu, each member against the same sum launched alone

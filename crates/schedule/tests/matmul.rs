@@ -954,7 +954,10 @@ fn a_swapped_product_is_written_transposed_and_equals_the_swap_of_the_product() 
     for bh in 0..b * h {
         for i in 0..d {
             for j in 0..s {
-                assert_eq!(product[bh * d * s + i * s + j], want[bh * s * d + j * d + i]);
+                assert_eq!(
+                    product[bh * d * s + i * s + j],
+                    want[bh * s * d + j * d + i]
+                );
             }
         }
     }
