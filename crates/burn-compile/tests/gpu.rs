@@ -813,10 +813,19 @@ fn gpu_a_relu_in_training_is_its_products_epilogue_and_gradients_match_eager() {
     let _config = default_config_lock();
     let d = ff_data();
     let want = ff_grads::<Autodiff<Eager>>(&d);
+    // On CUDA each gradient passes through up to five TF32 products (two forward, three
+    // backward), rounded otherwise than Burn's matmul rounds them: measured on an H100 up to
+    // 1.4e-2 relative (6e-3 absolute) past the suite's 1e-2; a wrong mask is off by a whole
+    // gradient entry (0.1–1 here).
+    let tol = if cfg!(feature = "cuda") {
+        burn::tensor::Tolerance::relative(3e-2).set_absolute(1e-2)
+    } else {
+        tol()
+    };
     for run in 0..2 {
         let (got, report) = explain(|| ff_grads::<Autodiff<C>>(&d));
         for (g, w) in got.iter().zip(&want) {
-            g.assert_approx_eq::<f32>(w, tol());
+            g.assert_approx_eq::<f32>(w, tol);
         }
         let listing: String = report
             .graphs
