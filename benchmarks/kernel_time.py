@@ -27,11 +27,6 @@ SCALE = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3,
          "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
 
 
-def rows(path):
-    """(kernel name, µs) per launch, in order."""
-    return [(name, m["gpu__time_duration.sum"]) for name, m in launches(path)]
-
-
 def launches(path):
     """(kernel name, {metric: value}) per launch, in order; times in µs, bytes in bytes."""
     lines = [l for l in open(path) if l.startswith('"')]

@@ -402,9 +402,9 @@ struct HorizontalInner {
     /// Per member: its kernel, its scalar indices offset by the earlier members' scalars.
     kernels: Vec<FusedKernel>,
     layouts: Vec<LaunchLayout>,
-    /// Per member, its first unit; then the launch's units.
+    /// Per member, its first unit (a multiple of [`MEMBER_ALIGNMENT`]).
     starts: Vec<usize>,
-    /// Per member, the unit after its last (its next member starts later: [`MEMBER_ALIGNMENT`]).
+    /// Per member, the unit after its last (the last member's: the launch's units).
     ends: Vec<usize>,
     bases: Vec<Bases>,
     hash: u64,
@@ -415,7 +415,7 @@ impl HorizontalSpec {
     /// symbolic, no row kernel).
     pub fn new(members: &[(&FusedKernel, &LaunchLayout)]) -> Self {
         let hash = horizontal_hash(members);
-        let mut starts = vec![0];
+        let mut starts = Vec::with_capacity(members.len());
         let mut ends = Vec::with_capacity(members.len());
         let mut bases = Vec::with_capacity(members.len());
         let mut next = Bases::default();
@@ -431,14 +431,11 @@ impl HorizontalSpec {
             // ran two members' programs would run both, one after the other (a step's
             // optimizer updates of scalars, one unit each, took 12 µs so in one launch).
             let units = layout.len() / layout.vector.max(1);
-            let end = starts.last().copied().unwrap_or(0) + units;
-            ends.push(end);
-            let last = members.len() == bases.len() + 1;
-            starts.push(if last {
-                end
-            } else {
-                end.next_multiple_of(MEMBER_ALIGNMENT)
-            });
+            let start = ends
+                .last()
+                .map_or(0, |&e: &usize| e.next_multiple_of(MEMBER_ALIGNMENT));
+            starts.push(start);
+            ends.push(start + units);
             bases.push(next);
             let narrow = (0..kernel.inputs.len())
                 .filter(|&i| layout.narrow_input(kernel, i))
@@ -532,7 +529,7 @@ impl HorizontalSpec {
 
     /// Units of the launch (one vector each).
     pub fn units(&self) -> usize {
-        *self.0.starts.last().expect("starts")
+        self.0.ends.last().copied().unwrap_or(0)
     }
 
     /// Member `m`'s kernel, its scalars numbered in the launch's sequence.

@@ -56,8 +56,9 @@ pub fn pointwise<F: Float + ScalarArgType, N: Size>(
 }
 
 /// Several pointwise kernels as one launch (a horizontal group): each member takes a range of
-/// the launch's units (starting on a plane of its own) and runs its own program over its own buffers, which follow the earlier
-/// members' in each sequence (the members' scalar indices are offset in their programs).
+/// the launch's units, starting on a plane of its own, and runs its own program over its own
+/// buffers, which follow the earlier members' in each sequence (the members' scalar indices are
+/// offset in their programs).
 #[cube(launch_unchecked)]
 pub fn horizontal<F: Float + ScalarArgType, N: Size>(
     inputs: &Sequence<Array<Vector<F, N>>>,

@@ -8,4 +8,4 @@ mod relu_masks;
 
 pub use cse::{Duplicate, common_subexpressions};
 pub use dce::{Liveness, dead_code};
-pub use relu_masks::{InputRewrite, apply_rewrites, relu_backward_reads_output};
+pub use relu_masks::{InputRewrite, apply_rewrites, relu_backward_reads_output, rewritten};

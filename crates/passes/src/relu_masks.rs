@@ -25,8 +25,9 @@
 
 use burn_compile_graph::Activation;
 use burn_ir::{OperationIr, TensorId, TensorStatus};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// One edit of an operation's input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -51,7 +52,7 @@ pub fn relu_backward_reads_output(ops: &[OperationIr]) -> Vec<InputRewrite> {
     // The ReLUs, by input: position, output.
     let mut relus: FxHashMap<TensorId, (usize, TensorId)> = FxHashMap::default();
     // Tensors produced inside the segment.
-    let mut produced: FxHashMap<TensorId, usize> = FxHashMap::default();
+    let mut produced: FxHashSet<TensorId> = FxHashSet::default();
     let mut rewrites = Vec::new();
     for (b, op) in ops.iter().enumerate() {
         if Activation::of(op) == Some(Activation::Relu)
@@ -63,9 +64,7 @@ pub fn relu_backward_reads_output(ops: &[OperationIr]) -> Vec<InputRewrite> {
         if Activation::of(op) == Some(Activation::ReluBackward) {
             rewrite(ops, &relus, &produced, b, &mut rewrites);
         }
-        for out in op.outputs() {
-            produced.insert(out.id, b);
-        }
+        produced.extend(op.outputs().map(|out| out.id));
     }
     rewrites
 }
@@ -74,17 +73,14 @@ pub fn relu_backward_reads_output(ops: &[OperationIr]) -> Vec<InputRewrite> {
 fn rewrite(
     ops: &[OperationIr],
     relus: &FxHashMap<TensorId, (usize, TensorId)>,
-    produced: &FxHashMap<TensorId, usize>,
+    produced: &FxHashSet<TensorId>,
     b: usize,
     rewrites: &mut Vec<InputRewrite>,
 ) -> Option<()> {
     let mut inputs = ops[b].inputs();
     let (x, g) = (inputs.next()?, inputs.next()?);
     let &(r, y) = relus.get(&x.id)?;
-    if x.status != TensorStatus::ReadWrite
-        || g.id == y
-        || g.id == x.id
-        || !produced.contains_key(&x.id)
+    if x.status != TensorStatus::ReadWrite || g.id == y || g.id == x.id || !produced.contains(&x.id)
     {
         return None;
     }
@@ -132,6 +128,17 @@ fn rewrite(
         });
     }
     Some(())
+}
+
+/// `ops` with `rewrites` applied: borrowed when there are none, else an edited copy.
+pub fn rewritten<'a>(ops: &'a [OperationIr], rewrites: &[InputRewrite]) -> Cow<'a, [OperationIr]> {
+    if rewrites.is_empty() {
+        Cow::Borrowed(ops)
+    } else {
+        let mut ops = ops.to_vec();
+        apply_rewrites(&mut ops, rewrites);
+        Cow::Owned(ops)
+    }
 }
 
 /// Applies `rewrites` (from this segment's key) to a segment's ops. Idempotent: applying them to

@@ -117,13 +117,7 @@ impl Plan {
     /// `ops` as the plan runs them: rewritten ([`Plan::rewrite`]), borrowed when the plan has no
     /// rewrites.
     pub fn rewritten<'a>(&self, ops: &'a [OperationIr]) -> Cow<'a, [OperationIr]> {
-        if self.rewrites.is_empty() {
-            Cow::Borrowed(ops)
-        } else {
-            let mut ops = ops.to_vec();
-            self.rewrite(&mut ops);
-            Cow::Owned(ops)
-        }
+        burn_compile_passes::rewritten(ops, &self.rewrites)
     }
 
     /// Whether `ops` are rewritten as the plan runs them (checked by each rewritten read).
@@ -297,15 +291,8 @@ pub fn schedule(ops: &[OperationIr], options: ScheduleOptions<'_>) -> Plan {
     } else {
         Vec::new()
     };
-    let rewritten;
-    let ops = if rewrites.is_empty() {
-        ops
-    } else {
-        let mut edited = ops.to_vec();
-        apply_rewrites(&mut edited, &rewrites);
-        rewritten = edited;
-        &rewritten[..]
-    };
+    let rewritten = burn_compile_passes::rewritten(ops, &rewrites);
+    let ops = &*rewritten;
     let Liveness { dead, releases } = if options.dead_code_elimination {
         dead_code(ops)
     } else {

@@ -178,7 +178,8 @@ fn transposed_outputs(
 /// The strides (in elements) of tensor `t` where it is made, when known: the
 /// output of an operation that is not a view, a graph input (as the caller's tensors almost
 /// always are: the copy reads any layout, only the choice assumes it), a copy of this fuser
-/// and a product a library matmul writes transposed are contiguous; a reshape of a contiguous tensor too; a swap swaps its input's layout.
+/// and a product a library matmul writes transposed are contiguous; a reshape of a contiguous
+/// tensor too; a swap swaps its input's layout.
 /// `None`: another view, whose layout is not followed here.
 fn layout(
     ops: &[OperationIr],
